@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# The local Kubernetes control plane that GKO's tests, benchmarks and demo run on.
+#
+#   hack/controlplane.sh build    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+#                                 kubectl and kwok (hack/controlplane/go.mod) and helm into a cache outside
+#                                 the repo, keyed by what they are built from; a warm cache returns at once
+#   hack/controlplane.sh up       start the cluster on loopback (or reuse the one running), one simulated node
+#   hack/controlplane.sh down     stop it and remove its state
+#   hack/controlplane.sh status   say whether it runs
+#   hack/controlplane.sh env      print the exports that point kubectl, helm and the tests at it
+#   hack/controlplane.sh bin      print the folder that holds the binaries
+#
+# Settings (environment): GKO_CACHE_DIR (default ~/.cache/gluesync-operator) holds the binaries;
+# GKO_CLUSTER_DIR (default /tmp/gko-cluster) holds the running cluster's certificates, data, logs and
+# kubeconfig; GKO_CP_PORT_BASE (default 26400) is the first of the loopback ports it uses.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src="$here/controlplane"
+cache_dir=${GKO_CACHE_DIR:-$HOME/.cache/gluesync-operator}
+cluster_dir=${GKO_CLUSTER_DIR:-/tmp/gko-cluster}
+port_base=${GKO_CP_PORT_BASE:-26400}
+helm_version=v3.22.0
+
+etcd_port=$((port_base + 1))
+etcd_peer_port=$((port_base + 2))
+api_port=$((port_base + 3))
+kcm_port=$((port_base + 4))
+sched_port=$((port_base + 5))
+kwok_port=$((port_base + 6))
+
+log() { printf '[controlplane] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+cache_key() {
+  { cat "$src/go.mod" "$src/go.sum" "$src"/cmd/*/*.go; echo "$helm_version"; go env GOVERSION; } | sha256sum | cut -c1-16
+}
+
+bin_dir() { echo "$cache_dir/controlplane/$(cache_key)/bin"; }
+
+build() {
+  local bin; bin=$(bin_dir)
+  if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/helm" ]; then
+    log "binaries cached in $bin"
+    return
+  fi
+  command -v go >/dev/null || die "the Go toolchain is needed to build the control plane"
+  local tmp="$bin.tmp.$$"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  log "building the control plane into $bin (a cold build takes a while; later runs reuse it)"
+  local start=$SECONDS
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/" \
+      ./cmd/etcd \
+      k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kubectl \
+      sigs.k8s.io/kwok/cmd/kwok)
+  # helm pins its own Kubernetes libraries, so it is built from its module on its own.
+  GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags='-s -w' "helm.sh/helm/v3/cmd/helm@$helm_version"
+  mkdir -p "$(dirname "$bin")"
+  rm -rf "$bin"; mv "$tmp" "$bin"
+  log "built in $((SECONDS - start)) s"
+}
+
+kubeconfig_for() { # name token
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: gko-local
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority: $cluster_dir/pki/ca.crt
+users:
+- name: $1
+  user:
+    token: $2
+contexts:
+- name: gko-local
+  context:
+    cluster: gko-local
+    user: $1
+    namespace: default
+current-context: gko-local
+EOF
+}
+
+pki() {
+  local d="$cluster_dir/pki"
+  mkdir -p "$d"
+  [ -f "$d/apiserver.crt" ] && return
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=gko-local-ca" \
+    -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout "$d/apiserver.key" -out "$d/apiserver.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' > "$d/san.ext"
+  openssl x509 -req -in "$d/apiserver.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$d/san.ext" -out "$d/apiserver.crt" 2>/dev/null
+  openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  local token; token=$(openssl rand -hex 24)
+  printf '%s,admin,admin,system:masters\n' "$token" > "$d/tokens.csv"
+  echo "$token" > "$d/admin.token"
+}
+
+start_proc() { # name args...
+  local name=$1; shift
+  nohup "$@" >"$cluster_dir/logs/$name.log" 2>&1 &
+  echo $! > "$cluster_dir/pids/$name"
+}
+
+alive() { [ -f "$cluster_dir/pids/$1" ] && kill -0 "$(cat "$cluster_dir/pids/$1")" 2>/dev/null; }
+
+running() {
+  local p
+  for p in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do alive "$p" || return 1; done
+  "$(bin_dir)/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz >/dev/null 2>&1
+}
+
+wait_for() { # description seconds command...
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { log "timed out waiting for $what; logs in $cluster_dir/logs"; tail -n 20 "$cluster_dir"/logs/*.log >&2 || true; return 1; }
+    sleep 0.2
+  done
+}
+
+up() {
+  build
+  mkdir -p "$cluster_dir"
+  exec 9>"$cluster_dir/.lock"
+  flock 9
+  if running; then
+    log "cluster already running (KUBECONFIG=$cluster_dir/kubeconfig)"
+    return
+  fi
+  stop_all
+  local bin; bin=$(bin_dir)
+  local start=$SECONDS
+  rm -rf "$cluster_dir/etcd" "$cluster_dir/logs" "$cluster_dir/pids"
+  mkdir -p "$cluster_dir/logs" "$cluster_dir/pids"
+  pki
+  local token; token=$(cat "$cluster_dir/pki/admin.token")
+  kubeconfig_for admin "$token" > "$cluster_dir/kubeconfig"
+
+  start_proc etcd "$bin/etcd" --name gko --data-dir "$cluster_dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster "gko=http://127.0.0.1:$etcd_peer_port" --unsafe-no-fsync --quota-backend-bytes 4294967296 \
+    --log-level warn
+
+  start_proc kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --tls-cert-file "$cluster_dir/pki/apiserver.crt" --tls-private-key-file "$cluster_dir/pki/apiserver.key" \
+    --client-ca-file "$cluster_dir/pki/ca.crt" \
+    --token-auth-file "$cluster_dir/pki/tokens.csv" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$cluster_dir/pki/sa.pub" \
+    --service-account-signing-key-file "$cluster_dir/pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --authorization-mode RBAC \
+    --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
+    --enable-priority-and-fairness=false \
+    --event-ttl 1h \
+    --v 0
+
+  wait_for "etcd" 30 curl -sf "http://127.0.0.1:$etcd_port/health"
+  wait_for "kube-apiserver" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz
+
+  start_proc kube-controller-manager "$bin/kube-controller-manager" \
+    --kubeconfig "$cluster_dir/kubeconfig" --authentication-kubeconfig "$cluster_dir/kubeconfig" \
+    --authorization-kubeconfig "$cluster_dir/kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$kcm_port" --leader-elect=false \
+    --controllers '*,-nodelifecycle,-nodeipam' \
+    --service-account-private-key-file "$cluster_dir/pki/sa.key" --root-ca-file "$cluster_dir/pki/ca.crt" \
+    --concurrent-statefulset-syncs 10 --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 \
+    --kube-api-qps 200 --kube-api-burst 400 --v 0
+
+  start_proc kube-scheduler "$bin/kube-scheduler" \
+    --kubeconfig "$cluster_dir/kubeconfig" --authentication-kubeconfig "$cluster_dir/kubeconfig" \
+    --authorization-kubeconfig "$cluster_dir/kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
+    --kube-api-qps 200 --kube-api-burst 400 --v 0
+
+  start_proc kwok "$bin/kwok" --kubeconfig "$cluster_dir/kubeconfig" --config "$src/stages.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --cidr 10.244.0.1/16 --node-ip 10.0.0.1 --node-lease-duration-seconds 40 \
+    --server-address "127.0.0.1:$kwok_port"
+
+  "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" apply -f - >/dev/null <<'EOF'
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-0
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: kwok-node-0
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+EOF
+  wait_for "the simulated node to be Ready" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" \
+    wait --for=condition=Ready node/kwok-node-0 --timeout=1s
+  log "cluster up in $((SECONDS - start)) s: export KUBECONFIG=$cluster_dir/kubeconfig"
+}
+
+stop_all() {
+  local p pid
+  [ -d "$cluster_dir/pids" ] || return 0
+  for p in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    if [ -f "$cluster_dir/pids/$p" ]; then
+      pid=$(cat "$cluster_dir/pids/$p")
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+      rm -f "$cluster_dir/pids/$p"
+    fi
+  done
+}
+
+down() {
+  [ -d "$cluster_dir" ] || return 0
+  stop_all
+  rm -rf "$cluster_dir/etcd" "$cluster_dir/pids"
+  log "cluster stopped"
+}
+
+case "${1:-}" in
+  build) build ;;
+  up) up ;;
+  down) down ;;
+  status) if running; then echo "running: KUBECONFIG=$cluster_dir/kubeconfig"; else echo "not running"; exit 1; fi ;;
+  env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$PATH"\n' "$cluster_dir/kubeconfig" "$(bin_dir)" ;;
+  bin) bin_dir ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
