@@ -106,7 +106,7 @@ pki() {
 
 start_proc() { # name args...
   local name=$1; shift
-  nohup "$@" >"$cluster_dir/logs/$name.log" 2>&1 &
+  nohup "$@" >"$cluster_dir/logs/$name.log" 2>&1 9>&- &
   echo $! > "$cluster_dir/pids/$name"
 }
 

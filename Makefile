@@ -1,0 +1,20 @@
+# The two commands of the README, and a few helpers.
+.PHONY: demo test crd cluster-up cluster-down
+
+## Run GKO on the local control plane with a sample Gluesync install.
+demo:
+	hack/demo.sh
+
+## Run the whole test suite (unit and cluster tests).
+test:
+	hack/test.sh
+
+## Write the CRD generated from the Rust types to deploy/crd.yaml.
+crd:
+	cargo run -q -p gluesync-operator -- crd > deploy/crd.yaml
+
+cluster-up:
+	hack/controlplane.sh up
+
+cluster-down:
+	hack/controlplane.sh down

@@ -1,0 +1,620 @@
+//! The `GluesyncPlatform` custom resource, and the labels and annotations GKO reads.
+//!
+//! The spec is what users (or the Core Hub UI, through GKO) ask for; the status is GKO's only memory: an
+//! update in flight is carried entirely in `status.update`, so a restarted GKO carries it on.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of the custom resource.
+pub const GROUP: &str = "gluesync.molo17.com";
+/// Field manager of every write GKO makes.
+pub const FIELD_MANAGER: &str = "gluesync-operator";
+/// Label that marks the workloads GKO manages; its value is the component type.
+pub const TYPE_LABEL: &str = "com.molo17.conductor.type";
+/// Workload annotation naming the container whose image GKO changes (default: the first).
+pub const CONTAINER_ANNOTATION: &str = "gluesync.molo17.com/container";
+/// Annotation on the GluesyncPlatform: a new value asks for a catalog check at once.
+pub const CHECK_NOW_ANNOTATION: &str = "gluesync.molo17.com/check-now";
+/// Annotation on GKO's own Deployment while it updates itself.
+pub const SELF_UPDATE_ANNOTATION: &str = "gluesync.molo17.com/self-update";
+
+/// Dotted numbers with an optional `-suffix`: what `spec.version` and module pins may hold.
+const VERSION_PATTERN: &str = r"^[0-9]+(\.[0-9]+)*(-[A-Za-z0-9._-]+)?$";
+
+fn modules_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 256,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": 64,
+            "pattern": VERSION_PATTERN,
+        },
+    })
+}
+
+/// Desired state of one Gluesync install.
+// Each printcolumn(...) repeats `type_ = "string"`, which the lint takes for a duplicate attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gluesync.molo17.com",
+    version = "v1alpha1",
+    kind = "GluesyncPlatform",
+    plural = "gluesyncplatforms",
+    shortname = "gsp",
+    category = "gluesync",
+    namespaced,
+    status = "GluesyncPlatformStatus",
+    derive = "PartialEq",
+    doc = "One Gluesync install and the Core Hub version it should run",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
+    printcolumn(name = "Desired", type_ = "string", json_path = ".spec.version"),
+    printcolumn(name = "Available", type_ = "string", json_path = ".status.available"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new("self.stabilityWindowSeconds <= self.stabilityTimeoutSeconds")
+        .message("stabilityWindowSeconds must not be longer than stabilityTimeoutSeconds")
+        .field_path(".stabilityWindowSeconds"),
+    validation = Rule::new("!has(self.catalog) || !self.catalog.offline || !has(self.catalog.url)")
+        .message("an offline install has no catalog url")
+        .field_path(".catalog.url")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GluesyncPlatformSpec {
+    /// Core Hub version to run, as dotted numbers (for example 2.3.2.2). Agents follow it. A suffix
+    /// (`2.3.2.2-ubi`) names an image variant; without one, each image keeps the suffix it has.
+    #[schemars(length(min = 1, max = 64), regex(pattern = VERSION_PATTERN))]
+    pub version: String,
+
+    /// Version pins by component name (the workload's name). A module without a pin follows the
+    /// latest version of its image on the release channel; a third-party component is updated only
+    /// when pinned here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "modules_schema")]
+    pub modules: BTreeMap<String, String>,
+
+    /// A new value asks GKO to run the update again (for example after a Failed update).
+    #[serde(rename = "requestID", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub request_id: Option<String>,
+
+    /// Who starts updates: the Core Hub UI (`ui`) or Git (`gitops`).
+    #[serde(default)]
+    pub update_policy: UpdatePolicy,
+
+    /// Release channel of the version catalog.
+    #[serde(default)]
+    pub release_channel: ReleaseChannel,
+
+    /// Minutes between two checks of the version catalog.
+    #[serde(default = "default_check_interval")]
+    #[schemars(range(min = 1, max = 525600))]
+    pub check_interval_minutes: i64,
+
+    /// Registry and namespace that replace those of every image GKO writes
+    /// (for example `registry.example.com/mirror`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("!self.endsWith('/') && self != ''")
+        .message("imageRegistry is a registry and path without a trailing slash"))]
+    pub image_registry: Option<String>,
+
+    /// The version catalog, or none for an offline install.
+    #[serde(default)]
+    pub catalog: CatalogSpec,
+
+    /// How GKO reaches Core Hub.
+    #[serde(default)]
+    pub core_hub: CoreHubSpec,
+
+    /// Seconds the running pipelines have to reach maintenance mode before the update is refused.
+    #[serde(default = "default_drain_timeout")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub drain_timeout_seconds: i64,
+
+    /// Seconds a component must stay ready, with no container restart, to pass its stability check.
+    #[serde(default = "default_stability_window")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub stability_window_seconds: i64,
+
+    /// Seconds a component has to pass its stability check before it is rolled back.
+    #[serde(default = "default_stability_timeout")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub stability_timeout_seconds: i64,
+
+    /// GKO's update of its own Deployment, last, after Core Hub and the modules.
+    #[serde(default)]
+    pub self_update: SelfUpdateSpec,
+}
+
+fn default_check_interval() -> i64 {
+    360
+}
+fn default_drain_timeout() -> i64 {
+    300
+}
+fn default_stability_window() -> i64 {
+    60
+}
+fn default_stability_timeout() -> i64 {
+    600
+}
+fn default_true() -> bool {
+    true
+}
+
+/// Who starts updates.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UpdatePolicy {
+    /// The Core Hub UI starts updates through the Conductor API; GKO writes the spec.
+    #[default]
+    Ui,
+    /// A change of the spec in Git starts updates; UI requests are refused.
+    Gitops,
+}
+
+/// Release channel of the version catalog.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ReleaseChannel {
+    #[default]
+    Ga,
+    Beta,
+    Alpha,
+}
+
+impl ReleaseChannel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseChannel::Ga => "ga",
+            ReleaseChannel::Beta => "beta",
+            ReleaseChannel::Alpha => "alpha",
+        }
+    }
+}
+
+/// The version catalog GKO reads to know what is available.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogSpec {
+    /// Base URL of the catalog (default `https://api.backoffice.molo17.com`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')")
+        .message("catalog url must be an http(s) URL"))]
+    pub url: Option<String>,
+    /// An offline install has no catalog: AVAILABLE stays empty and nothing is fetched.
+    #[serde(default)]
+    pub offline: bool,
+}
+
+/// How GKO reaches Core Hub's REST API.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CoreHubSpec {
+    /// Base URL (default: the Core Hub workload's Service on port 1717, HTTPS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')")
+        .message("coreHub url must be an http(s) URL"))]
+    pub url: Option<String>,
+    /// Secret with `username` and `password`, or `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+    /// Secret whose `ca.crt` signs Core Hub's certificate (default: the system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<String>,
+    /// Accept any certificate from Core Hub. For tests and first installs only.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// GKO's update of its own Deployment.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SelfUpdateSpec {
+    /// GKO updates itself last (under the `ui` policy only).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+}
+
+impl Default for SelfUpdateSpec {
+    fn default() -> Self {
+        SelfUpdateSpec { enabled: true }
+    }
+}
+
+/// What runs, what GKO is doing, and what it did.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GluesyncPlatformStatus {
+    /// Summary of the install, see the product docs' Phases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Core Hub version that runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Latest Core Hub version on the release channel; empty for an offline install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<String>,
+    /// Latest word of GKO on this install.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The update that runs, if any: everything GKO needs to carry it on after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update: Option<UpdateStatus>,
+    /// Pipelines the update has put into maintenance mode and not yet resumed. A pipeline is
+    /// recorded here before GKO asks Core Hub to pause it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    pub paused_pipelines: Vec<String>,
+    /// Outcome of the last update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt: Option<Attempt>,
+    /// The last updates, newest first, at most 10.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    #[schemars(length(max = 10))]
+    pub history: Vec<HistoryEntry>,
+    /// The workloads GKO manages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub components: Vec<ComponentStatus>,
+    /// Version catalog checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<CatalogStatus>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Reconciling` and `Stalled`, read by kstatus, Flux, Helm and Argo CD.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Summary of the install.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Core Hub runs the latest version on the channel, or no newer version is known.
+    Current,
+    /// A newer Core Hub version is available on the channel.
+    UpdateAvailable,
+    /// An update is running.
+    Updating,
+    /// The last update finished, but a module was rolled back or some pipelines were not resumed.
+    Degraded,
+    /// The last update failed and Core Hub was rolled back.
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Current => "Current",
+            Phase::UpdateAvailable => "UpdateAvailable",
+            Phase::Updating => "Updating",
+            Phase::Degraded => "Degraded",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+/// Steps of an update, in order.
+#[derive(
+    Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub enum UpdateStep {
+    Preflight,
+    Snapshot,
+    Drain,
+    CoreHub,
+    CoreHubRollback,
+    Resume,
+    Modules,
+    Finish,
+}
+
+/// The update that runs.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStatus {
+    /// The step that runs.
+    pub step: UpdateStep,
+    /// Core Hub version asked for; empty for an update of modules only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Core Hub version when the update started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The `spec.requestID` the update answers.
+    #[serde(rename = "requestID", default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The `metadata.generation` the update was started for.
+    pub generation: i64,
+    pub started_at: Time,
+    /// When the current step started; step timeouts count from here.
+    pub step_started_at: Time,
+    /// Every managed component with its image before the update and the image it is taken to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<PlannedComponent>,
+    /// Pipelines taken out of maintenance mode so far.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_pipelines: Vec<String>,
+    /// Why the update is going to fail or be refused, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// One component in an update plan.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedComponent {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub component_type: ComponentType,
+    pub kind: WorkloadKind,
+    /// Container whose image GKO changes.
+    pub container: String,
+    /// Image before the update (the snapshot).
+    pub from_image: String,
+    /// Image the update takes it to; empty when it stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_image: Option<String>,
+    /// Where this component is in the update.
+    pub state: ComponentState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the new image was written; the stability check counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patched_at: Option<Time>,
+    /// Since when the component has been ready without a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_since: Option<Time>,
+}
+
+/// Where a component is in an update.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComponentState {
+    Pending,
+    Patched,
+    Updated,
+    RollingBack,
+    RolledBack,
+    Failed,
+    Skipped,
+    Scheduled,
+}
+
+/// Kind of a managed workload.
+#[derive(
+    Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub enum WorkloadKind {
+    StatefulSet,
+    Deployment,
+}
+
+/// Value of the `com.molo17.conductor.type` label.
+#[derive(
+    Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ComponentType {
+    CoreHub,
+    Agent,
+    Module,
+    ThirdParty,
+    Operator,
+}
+
+impl ComponentType {
+    pub fn from_label(value: &str) -> Option<Self> {
+        match value {
+            "core-hub" => Some(ComponentType::CoreHub),
+            "agent" => Some(ComponentType::Agent),
+            "module" => Some(ComponentType::Module),
+            "third-party" => Some(ComponentType::ThirdParty),
+            "operator" => Some(ComponentType::Operator),
+            _ => None,
+        }
+    }
+
+    pub fn as_label(self) -> &'static str {
+        match self {
+            ComponentType::CoreHub => "core-hub",
+            ComponentType::Agent => "agent",
+            ComponentType::Module => "module",
+            ComponentType::ThirdParty => "third-party",
+            ComponentType::Operator => "operator",
+        }
+    }
+}
+
+/// Result of an update.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateResult {
+    Succeeded,
+    Degraded,
+    Failed,
+    Refused,
+}
+
+/// Result of one component in an update.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ComponentResultStatus {
+    Ok,
+    Error,
+    RolledBack,
+    Skipped,
+    Scheduled,
+}
+
+/// Outcome of the last update.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// Core Hub version asked for; empty for an update of modules only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(rename = "requestID", default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The `metadata.generation` the update ran for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub result: UpdateResult,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    pub finished_at: Time,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ComponentResult>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paused_pipelines: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed_pipelines: Vec<String>,
+}
+
+/// Result of one component in an update.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentResult {
+    pub name: String,
+    pub status: ComponentResultStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One past update.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// Core Hub version before the update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Core Hub version after; empty for an update of modules only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    pub result: UpdateResult,
+    pub message: String,
+    #[serde(rename = "requestID", default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    pub finished_at: Time,
+    /// The image of each component before the update, by component name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub previous_images: BTreeMap<String, String>,
+}
+
+/// One managed workload.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    /// The workload's name.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub component_type: ComponentType,
+    pub kind: WorkloadKind,
+    /// Image of the managed container.
+    pub image: String,
+    /// The image tag cut at the first `-`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Latest version of its image on the release channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<String>,
+    /// Every replica runs the workload's current spec and is ready.
+    pub ready: bool,
+}
+
+/// Version catalog checks.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogStatus {
+    /// When the catalog last answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checked_at: Option<Time>,
+    /// When the last check was made, answered or not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt_at: Option<Time>,
+    /// The `gluesync.molo17.com/check-now` value last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_check_now: Option<String>,
+    /// Why the last check failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+
+    use super::*;
+
+    #[test]
+    fn spec_defaults_match_the_docs() {
+        let spec: GluesyncPlatformSpec =
+            serde_json::from_value(serde_json::json!({"version": "2.3.2.1"})).unwrap();
+        assert_eq!(spec.update_policy, UpdatePolicy::Ui);
+        assert_eq!(spec.release_channel, ReleaseChannel::Ga);
+        assert_eq!(spec.check_interval_minutes, 360);
+        assert_eq!(spec.drain_timeout_seconds, 300);
+        assert_eq!(spec.stability_window_seconds, 60);
+        assert_eq!(spec.stability_timeout_seconds, 600);
+        assert!(spec.self_update.enabled);
+        assert!(!spec.catalog.offline);
+    }
+
+    #[test]
+    fn printer_columns_are_the_documented_ones() {
+        let crd = GluesyncPlatform::crd();
+        let columns: Vec<_> = crd.spec.versions[0]
+            .additional_printer_columns
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.to_uppercase())
+            .collect();
+        assert_eq!(columns, ["PHASE", "VERSION", "DESIRED", "AVAILABLE", "AGE"]);
+    }
+
+    #[test]
+    fn wire_names_are_the_documented_ones() {
+        let result = ComponentResult {
+            name: "x".into(),
+            status: ComponentResultStatus::RolledBack,
+            from: None,
+            to: None,
+            message: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&result).unwrap()["status"],
+            "ROLLED_BACK"
+        );
+        assert_eq!(
+            serde_json::to_value(ComponentType::ThirdParty).unwrap(),
+            "third-party"
+        );
+        let spec: GluesyncPlatformSpec = serde_json::from_value(
+            serde_json::json!({"version": "1", "requestID": "r1", "updatePolicy": "gitops"}),
+        )
+        .unwrap();
+        assert_eq!(spec.request_id.as_deref(), Some("r1"));
+        assert_eq!(spec.update_policy, UpdatePolicy::Gitops);
+    }
+}

@@ -1,0 +1,332 @@
+//! What GKO reads from and writes to the cluster.
+//!
+//! Reading: the labelled StatefulSets and Deployments of the namespace become [`Workload`]s, a pure
+//! projection that the rest of GKO works on. Writing: every write GKO makes goes through [`Writer`], the one
+//! place a leader-election Lease will gate.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    core::v1::{ObjectReference, PodTemplateSpec},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::events::{Event, EventType, Recorder, Reporter},
+};
+use serde_json::json;
+
+use crate::{
+    api::{
+        CONTAINER_ANNOTATION, ComponentStatus, ComponentType, FIELD_MANAGER, GluesyncPlatform,
+        GluesyncPlatformStatus, TYPE_LABEL, WorkloadKind,
+    },
+    metrics::Metrics,
+    version::ImageRef,
+};
+
+/// A labelled StatefulSet or Deployment, as GKO sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    pub kind: WorkloadKind,
+    pub name: String,
+    /// The label value, or `None` when it is not one GKO knows.
+    pub component_type: Option<ComponentType>,
+    pub label_value: String,
+    /// The container whose image GKO manages, or `None` when the annotation names one that is not there.
+    pub container: Option<String>,
+    /// That container's image ("" when there is none).
+    pub image: String,
+    /// The workload controller has seen the latest spec, and every replica runs it and is ready.
+    pub ready: bool,
+}
+
+impl Workload {
+    pub fn from_statefulset(sts: &StatefulSet) -> Option<Workload> {
+        let label_value = sts.labels().get(TYPE_LABEL)?.clone();
+        let spec = sts.spec.as_ref()?;
+        let status = sts.status.clone().unwrap_or_default();
+        let replicas = spec.replicas.unwrap_or(1);
+        let seen = status.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
+        let rolled =
+            status.update_revision.is_none() || status.current_revision == status.update_revision;
+        let ready = seen
+            && rolled
+            && status.replicas == replicas
+            && status.ready_replicas.unwrap_or(0) == replicas
+            && status.updated_replicas.unwrap_or(0) == replicas;
+        Some(Self::new(
+            WorkloadKind::StatefulSet,
+            sts.name_any(),
+            label_value,
+            sts.annotations()
+                .get(CONTAINER_ANNOTATION)
+                .map(String::as_str),
+            &spec.template,
+            ready,
+        ))
+    }
+
+    pub fn from_deployment(deploy: &Deployment) -> Option<Workload> {
+        let label_value = deploy.labels().get(TYPE_LABEL)?.clone();
+        let spec = deploy.spec.as_ref()?;
+        let status = deploy.status.clone().unwrap_or_default();
+        let replicas = spec.replicas.unwrap_or(1);
+        let seen =
+            status.observed_generation.unwrap_or(0) >= deploy.metadata.generation.unwrap_or(0);
+        let ready = seen
+            && status.replicas.unwrap_or(0) == replicas
+            && status.updated_replicas.unwrap_or(0) == replicas
+            && status.ready_replicas.unwrap_or(0) == replicas
+            && status.available_replicas.unwrap_or(0) == replicas;
+        Some(Self::new(
+            WorkloadKind::Deployment,
+            deploy.name_any(),
+            label_value,
+            deploy
+                .annotations()
+                .get(CONTAINER_ANNOTATION)
+                .map(String::as_str),
+            &spec.template,
+            ready,
+        ))
+    }
+
+    fn new(
+        kind: WorkloadKind,
+        name: String,
+        label_value: String,
+        container_annotation: Option<&str>,
+        template: &PodTemplateSpec,
+        ready: bool,
+    ) -> Workload {
+        let containers = template
+            .spec
+            .as_ref()
+            .map(|s| s.containers.as_slice())
+            .unwrap_or_default();
+        let container = match container_annotation {
+            Some(wanted) => containers.iter().find(|c| c.name == wanted),
+            None => containers.first(),
+        };
+        Workload {
+            kind,
+            name,
+            component_type: ComponentType::from_label(&label_value),
+            label_value,
+            container: container.map(|c| c.name.clone()),
+            image: container.and_then(|c| c.image.clone()).unwrap_or_default(),
+            ready,
+        }
+    }
+
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::Deployment => "Deployment",
+        }
+    }
+
+    /// The version its image runs, when the tag carries one.
+    pub fn version(&self) -> Option<String> {
+        let image = ImageRef::parse(&self.image);
+        image
+            .version_text()
+            .filter(|v| v.parse::<crate::version::Version>().is_ok())
+            .map(str::to_string)
+    }
+
+    /// Its line in `status.components`; `None` for a workload GKO cannot manage.
+    pub fn component_status(&self, available: Option<String>) -> Option<ComponentStatus> {
+        Some(ComponentStatus {
+            name: self.name.clone(),
+            component_type: self.component_type?,
+            kind: self.kind,
+            image: self.image.clone(),
+            version: self.version(),
+            available,
+            ready: self.ready,
+        })
+    }
+}
+
+/// Every write GKO makes to the cluster. One place, so that leader election can gate all of them.
+#[derive(Clone)]
+pub struct Writer {
+    client: Client,
+    recorder: Arc<Recorder>,
+    metrics: Arc<Metrics>,
+}
+
+/// A write refused by the API server because the object changed since it was read.
+pub fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 409)
+}
+
+impl Writer {
+    pub fn new(client: Client, metrics: Arc<Metrics>, instance: Option<String>) -> Writer {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance,
+        };
+        Writer {
+            recorder: Arc::new(Recorder::new(client.clone(), reporter)),
+            client,
+            metrics,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Writes the whole status, owned by GKO's field manager. The object's `resourceVersion` goes with it,
+    /// so a status computed from a stale read is refused (409) instead of undoing a newer one.
+    pub async fn write_status(
+        &self,
+        gsp: &GluesyncPlatform,
+        status: &GluesyncPlatformStatus,
+    ) -> Result<GluesyncPlatform, kube::Error> {
+        let ns = gsp.namespace().unwrap_or_default();
+        let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
+        let patch = json!({
+            "apiVersion": GluesyncPlatform::api_version(&()),
+            "kind": GluesyncPlatform::kind(&()),
+            "metadata": { "resourceVersion": gsp.resource_version() },
+            "status": status,
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let result = api
+            .patch_status(&gsp.name_any(), &params, &Patch::Apply(&patch))
+            .await;
+        self.metrics.status_writes.inc();
+        result
+    }
+
+    /// Records an event on the GluesyncPlatform.
+    pub async fn event(
+        &self,
+        gsp: &GluesyncPlatform,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        let reference: ObjectReference = gsp.object_ref(&());
+        self.metrics.events.inc();
+        self.recorder
+            .publish(
+                &Event {
+                    type_,
+                    reason: reason.into(),
+                    note: Some(note),
+                    action: reason.into(),
+                    secondary: None,
+                },
+                &reference,
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::{
+        apps::v1::{StatefulSetSpec, StatefulSetStatus},
+        core::v1::{Container, PodSpec},
+    };
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn sts(containers: &[(&str, &str)], annotation: Option<&str>) -> StatefulSet {
+        StatefulSet {
+            metadata: ObjectMeta {
+                name: Some("gluesync-gluesync-core-hub".into()),
+                generation: Some(2),
+                labels: Some([(TYPE_LABEL.to_string(), "core-hub".to_string())].into()),
+                annotations: annotation
+                    .map(|a| [(CONTAINER_ANNOTATION.to_string(), a.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(2),
+                template: PodTemplateSpec {
+                    spec: Some(PodSpec {
+                        containers: containers
+                            .iter()
+                            .map(|(n, i)| Container {
+                                name: n.to_string(),
+                                image: Some(i.to_string()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            status: Some(StatefulSetStatus {
+                observed_generation: Some(2),
+                replicas: 2,
+                ready_replicas: Some(2),
+                updated_replicas: Some(2),
+                current_revision: Some("r2".into()),
+                update_revision: Some("r2".into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn the_first_container_or_the_annotated_one() {
+        let two = [
+            ("sidecar", "envoy:1.0"),
+            ("core-hub", "molo17/gluesync-core-hub:2.3.2.1"),
+        ];
+        let w = Workload::from_statefulset(&sts(&two, None)).unwrap();
+        assert_eq!(w.container.as_deref(), Some("sidecar"));
+        let w = Workload::from_statefulset(&sts(&two, Some("core-hub"))).unwrap();
+        assert_eq!(w.container.as_deref(), Some("core-hub"));
+        assert_eq!(w.version().as_deref(), Some("2.3.2.1"));
+        assert_eq!(w.component_type, Some(ComponentType::CoreHub));
+        let w = Workload::from_statefulset(&sts(&two, Some("missing"))).unwrap();
+        assert_eq!(w.container, None);
+        assert_eq!(w.image, "");
+    }
+
+    #[test]
+    fn ready_only_when_rolled_out() {
+        let one = [("c", "molo17/gluesync-core-hub:2.3.2.1")];
+        assert!(Workload::from_statefulset(&sts(&one, None)).unwrap().ready);
+
+        let mut s = sts(&one, None);
+        s.metadata.generation = Some(3);
+        assert!(
+            !Workload::from_statefulset(&s).unwrap().ready,
+            "spec not seen"
+        );
+
+        let mut s = sts(&one, None);
+        s.status.as_mut().unwrap().update_revision = Some("r3".into());
+        assert!(
+            !Workload::from_statefulset(&s).unwrap().ready,
+            "revision rolling"
+        );
+
+        let mut s = sts(&one, None);
+        s.status.as_mut().unwrap().ready_replicas = Some(1);
+        assert!(
+            !Workload::from_statefulset(&s).unwrap().ready,
+            "replica not ready"
+        );
+    }
+
+    #[test]
+    fn unlabelled_workloads_are_not_managed() {
+        let mut s = sts(&[("c", "x:1")], None);
+        s.metadata.labels = None;
+        assert!(Workload::from_statefulset(&s).is_none());
+    }
+}

@@ -1,0 +1,123 @@
+//! The `gluesync-operator` command.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use gluesync_operator::{controller, metrics};
+use tokio::sync::watch;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "gluesync-operator",
+    version,
+    about = "GKO: updates a Gluesync install on Kubernetes safely"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the operator on one namespace.
+    Run(RunArgs),
+    /// Print the GluesyncPlatform CustomResourceDefinition as YAML.
+    Crd,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Namespace to manage (default: POD_NAMESPACE, else the kubeconfig's namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "GKO_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// This process's name in events (default: POD_NAME).
+    #[arg(long, env = "POD_NAME")]
+    instance: Option<String>,
+    /// Log as JSON lines.
+    #[arg(long, env = "GKO_LOG_JSON")]
+    log_json: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd => {
+            print!("{}", gluesync_operator::crd_yaml()?);
+            Ok(())
+        }
+        Command::Run(args) => run(args).await,
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
+    if args.log_json {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
+
+    let config = kube::Config::infer()
+        .await
+        .context("finding a Kubernetes configuration")?;
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("stopping");
+        let _ = stop_tx.send(true);
+    });
+
+    let metrics = Arc::new(metrics::Metrics::default());
+    let server = tokio::spawn(metrics::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        stopped(),
+    ));
+    let settings = controller::Settings {
+        namespace,
+        instance: args.instance,
+    };
+    controller::run(client, settings, metrics, stopped()).await;
+    server
+        .await
+        .context("metrics server")?
+        .context("metrics server")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
+            }
+            return;
+        }
+    }
+    let _ = ctrl_c.await;
+}

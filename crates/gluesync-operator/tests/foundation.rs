@@ -1,0 +1,380 @@
+//! Cluster tests of the foundation: the resource, the API server's validation of it, and a status that
+//! tells what runs. Each runs on the local control plane, in a namespace of its own.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use gluesync_operator::api::{ComponentType, GluesyncPlatform, Phase};
+use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Event};
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+};
+use serde_json::json;
+
+fn component<'a>(
+    g: &'a GluesyncPlatform,
+    name: &str,
+) -> Option<&'a gluesync_operator::api::ComponentStatus> {
+    g.status
+        .as_ref()?
+        .components
+        .iter()
+        .find(|c| c.name == name)
+}
+
+fn condition(g: &GluesyncPlatform, type_: &str) -> Option<(String, String)> {
+    g.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sample_install_is_reported_as_it_runs() -> anyhow::Result<()> {
+    let ns = namespace("sample").await?;
+    ns.apply(SAMPLE_INSTALL)?;
+    ns.apply(SAMPLE_PLATFORM)?;
+    // GKO runs with no more than its namespaced Role.
+    let gko = Operator::start_with_role(&ns).await?;
+
+    let g = wait_for_platform(&ns, "phase Current with every component ready", |g| {
+        g.status.as_ref().is_some_and(|s| {
+            s.phase == Some(Phase::Current)
+                && s.components.len() == 4
+                && s.components.iter().all(|c| c.ready)
+        })
+    })
+    .await?;
+    let status = g.status.clone().unwrap_or_default();
+    assert_eq!(status.version.as_deref(), Some("2.3.2.1"));
+    assert_eq!(status.observed_generation, g.metadata.generation);
+    let seen: Vec<_> = status
+        .components
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.component_type,
+                c.image.as_str(),
+                c.version.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "gluesync-gluesync-core-hub",
+                ComponentType::CoreHub,
+                "molo17/gluesync-core-hub:2.3.2.1",
+                Some("2.3.2.1")
+            ),
+            (
+                "gluesync-gluesync-chronos",
+                ComponentType::Module,
+                "molo17/gluesync-chronos:0.3.2",
+                Some("0.3.2")
+            ),
+            (
+                "gluesync-gluesync-grafana",
+                ComponentType::Module,
+                "molo17/grafana:11.2.0",
+                Some("11.2.0")
+            ),
+            (
+                "gluesync-gluesync-prometheus",
+                ComponentType::Module,
+                "molo17/prometheus:2.53.0",
+                Some("2.53.0")
+            ),
+        ]
+    );
+    assert_eq!(
+        condition(&g, "Ready"),
+        Some(("True".into(), "Available".into()))
+    );
+    assert_eq!(
+        condition(&g, "Reconciling").map(|c| c.0),
+        Some("False".into())
+    );
+    assert_eq!(condition(&g, "Stalled").map(|c| c.0), Some("False".into()));
+
+    // What the user reads.
+    let table = ns.kubectl(&["get", "gsp"])?;
+    let mut lines = table.lines();
+    let header: Vec<_> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "VERSION", "DESIRED", "AVAILABLE", "AGE"]
+    );
+    let row: Vec<_> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..4],
+        ["gluesync", "Current", "2.3.2.1", "2.3.2.1"],
+        "{table}"
+    );
+    // AVAILABLE is empty until the catalog is read, so AGE follows DESIRED.
+    assert_eq!(row.len(), 5, "{table}");
+
+    // Someone changes a workload's image: status.components follows from the watch.
+    let sts: Api<StatefulSet> = Api::namespaced(ns.client.clone(), &ns.name);
+    let changed = Instant::now();
+    sts.patch(
+        "gluesync-gluesync-chronos",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "chronos", "image": "molo17/gluesync-chronos:0.3.3"}
+        ]}}}})),
+    )
+    .await?;
+    wait_for_platform(&ns, "the new Chronos image in status.components", |g| {
+        component(g, "gluesync-gluesync-chronos").is_some_and(|c| {
+            c.image == "molo17/gluesync-chronos:0.3.3" && c.version.as_deref() == Some("0.3.3")
+        })
+    })
+    .await?;
+    println!(
+        "image change reflected in status.components after {:?}",
+        changed.elapsed()
+    );
+    assert_eq!(
+        gko.metrics.reconcile_errors.get(),
+        0,
+        "GKO lacked a right or failed"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_rejects_malformed_platforms() -> anyhow::Result<()> {
+    let ns = namespace("validation").await?;
+    let cases: [(&str, serde_json::Value, &str); 12] = [
+        ("no version", json!({}), "spec.version: Required value"),
+        (
+            "version not dotted numbers",
+            json!({"version": "latest"}),
+            "spec.version",
+        ),
+        ("empty version", json!({"version": ""}), "spec.version"),
+        (
+            "unknown update policy",
+            json!({"version": "2.3.2.1", "updatePolicy": "manual"}),
+            "spec.updatePolicy",
+        ),
+        (
+            "unknown release channel",
+            json!({"version": "2.3.2.1", "releaseChannel": "stable"}),
+            "spec.releaseChannel",
+        ),
+        (
+            "negative check interval",
+            json!({"version": "2.3.2.1", "checkIntervalMinutes": -1}),
+            "spec.checkIntervalMinutes",
+        ),
+        (
+            "zero drain timeout",
+            json!({"version": "2.3.2.1", "drainTimeoutSeconds": 0}),
+            "spec.drainTimeoutSeconds",
+        ),
+        (
+            "negative stability window",
+            json!({"version": "2.3.2.1", "stabilityWindowSeconds": -5}),
+            "spec.stabilityWindowSeconds",
+        ),
+        (
+            "window longer than timeout",
+            json!({"version": "2.3.2.1", "stabilityWindowSeconds": 700, "stabilityTimeoutSeconds": 600}),
+            "stabilityWindowSeconds must not be longer than stabilityTimeoutSeconds",
+        ),
+        (
+            "module pin not a version",
+            json!({"version": "2.3.2.1", "modules": {"gluesync-gluesync-chronos": "newest"}}),
+            "spec.modules",
+        ),
+        (
+            "registry with trailing slash",
+            json!({"version": "2.3.2.1", "imageRegistry": "registry.example.com/"}),
+            "imageRegistry",
+        ),
+        (
+            "offline with a catalog url",
+            json!({"version": "2.3.2.1", "catalog": {"offline": true, "url": "https://catalog.example.com"}}),
+            "an offline install has no catalog url",
+        ),
+    ];
+    for (what, spec, expected) in cases {
+        let doc = json!({
+            "apiVersion": "gluesync.molo17.com/v1alpha1",
+            "kind": "GluesyncPlatform",
+            "metadata": {"name": "bad"},
+            "spec": spec,
+        });
+        let (ok, out) = ns.kubectl_status(&["create", "-f", "-"], Some(&doc.to_string()))?;
+        assert!(!ok, "{what}: the API server accepted it");
+        assert!(
+            out.contains(expected),
+            "{what}: expected {expected:?} in {out}"
+        );
+    }
+
+    // A well-formed one is accepted, and the API server fills the documented defaults.
+    let doc = json!({
+        "apiVersion": "gluesync.molo17.com/v1alpha1",
+        "kind": "GluesyncPlatform",
+        "metadata": {"name": "gluesync"},
+        "spec": {"version": "2.3.2.1", "modules": {"gluesync-gluesync-chronos": "0.3.3"}},
+    });
+    let (ok, out) = ns.kubectl_status(&["create", "-f", "-"], Some(&doc.to_string()))?;
+    assert!(ok, "{out}");
+    let g = platforms(&ns).get("gluesync").await?;
+    let spec = serde_json::to_value(&g.spec)?;
+    assert_eq!(spec["updatePolicy"], "ui");
+    assert_eq!(spec["releaseChannel"], "ga");
+    assert_eq!(spec["checkIntervalMinutes"], 360);
+    assert_eq!(spec["drainTimeoutSeconds"], 300);
+    assert_eq!(spec["stabilityWindowSeconds"], 60);
+    assert_eq!(spec["stabilityTimeoutSeconds"], 600);
+
+    // Status is validated too: a phase GKO does not know is refused.
+    let api = platforms(&ns);
+    let bad_phase = api
+        .patch_status(
+            "gluesync",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Exploded"}})),
+        )
+        .await;
+    let err = bad_phase.expect_err("a status with an unknown phase was accepted");
+    assert!(err.to_string().contains("status.phase"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_cluster_causes_no_status_write() -> anyhow::Result<()> {
+    let ns = namespace("quiet").await?;
+    ns.apply(SAMPLE_INSTALL)?;
+    ns.apply(SAMPLE_PLATFORM)?;
+    let gko = Operator::start(&ns);
+    let settled = wait_for_platform(&ns, "a settled status", |g| {
+        g.status.as_ref().is_some_and(|s| {
+            s.phase == Some(Phase::Current)
+                && s.components.iter().all(|c| c.ready)
+                && s.components.len() == 4
+        })
+    })
+    .await?;
+    // Let the last writes' own watch events come back and be reconciled.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = platforms(&ns).get("gluesync").await?;
+    let writes = gko.metrics.status_writes.get();
+    let reconciles = gko.metrics.reconciles.get();
+    assert!(writes >= 1, "the settled status was written by GKO");
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+
+    let after = platforms(&ns).get("gluesync").await?;
+    assert_eq!(
+        before.resource_version(),
+        after.resource_version(),
+        "the GluesyncPlatform changed"
+    );
+    assert_eq!(before.status, settled.status);
+    assert_eq!(
+        gko.metrics.status_writes.get(),
+        writes,
+        "GKO wrote status on a quiet cluster"
+    );
+    assert_eq!(
+        gko.metrics.reconciles.get(),
+        reconciles,
+        "GKO reconciled on a quiet cluster"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_core_hub_or_two_are_reported_not_a_crash() -> anyhow::Result<()> {
+    let ns = namespace("corehubs").await?;
+    ns.apply(SAMPLE_PLATFORM)?;
+    let gko = Operator::start_with_role(&ns).await?;
+
+    let g = wait_for_platform(&ns, "Stalled: no Core Hub", |g| {
+        condition(g, "Stalled") == Some(("True".into(), "CoreHubNotFound".into()))
+    })
+    .await?;
+    let status = g.status.unwrap_or_default();
+    assert_eq!(status.version, None);
+    assert!(
+        status
+            .message
+            .unwrap_or_default()
+            .contains("com.molo17.conductor.type=core-hub")
+    );
+    wait_for_event(&ns, "CoreHubNotFound").await?;
+
+    // Two Core Hubs: the sample's, and a second one.
+    ns.apply(SAMPLE_INSTALL)?;
+    let second = SAMPLE_INSTALL
+        .split("---")
+        .next()
+        .unwrap_or_default()
+        .replace("name: gluesync-gluesync-core-hub", "name: second-core-hub");
+    ns.apply(&second)?;
+    let g = wait_for_platform(&ns, "Stalled: two Core Hubs", |g| {
+        condition(g, "Stalled") == Some(("True".into(), "MultipleCoreHubs".into()))
+    })
+    .await?;
+    let message = g.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(
+        message.contains("gluesync-gluesync-core-hub") && message.contains("second-core-hub"),
+        "{message}"
+    );
+    wait_for_event(&ns, "MultipleCoreHubs").await?;
+
+    // Removing the second one brings the install back, and GKO kept running throughout.
+    ns.kubectl(&["delete", "statefulset", "second-core-hub"])?;
+    wait_for_platform(&ns, "phase Current again", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    assert_eq!(gko.metrics.reconcile_errors.get(), 0);
+    Ok(())
+}
+
+async fn wait_for_event(
+    ns: &gko_test_support::TestNamespace,
+    reason: &str,
+) -> anyhow::Result<Event> {
+    let events: Api<Event> = Api::namespaced(ns.client.clone(), &ns.name);
+    gko_test_support::eventually(
+        &format!("a Warning event {reason}"),
+        Duration::from_secs(30),
+        || {
+            let events = events.clone();
+            async move {
+                let list = events
+                    .list(&ListParams::default().fields("involvedObject.kind=GluesyncPlatform"))
+                    .await?;
+                Ok(list.items.into_iter().find(|e| {
+                    e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning")
+                }))
+            }
+        },
+    )
+    .await
+}

@@ -1,0 +1,266 @@
+//! Test support: the local control plane, started (or reused) once per test run, and a namespace of its
+//! own for each test.
+//!
+//! The control plane is `hack/controlplane.sh`'s: a real etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler and kwok on loopback. `up` is idempotent and locked, so every test binary and thread may
+//! call [`control_plane`]; the first starts the cluster and the others reuse it.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client, Config,
+    api::{DeleteParams, ObjectMeta, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+/// The running local control plane.
+#[derive(Debug)]
+pub struct ControlPlane {
+    pub kubeconfig: PathBuf,
+    /// Folder of kubectl, helm and the other binaries.
+    pub bin_dir: PathBuf,
+    pub repo_root: PathBuf,
+}
+
+/// The repository's root folder.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root exists")
+}
+
+/// Starts the local control plane, or finds the one running. Panics with the script's output when it
+/// cannot, since no cluster test can run then.
+pub fn control_plane() -> &'static ControlPlane {
+    static CP: OnceLock<ControlPlane> = OnceLock::new();
+    CP.get_or_init(|| {
+        let root = repo_root();
+        let script = root.join("hack/controlplane.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg("up")
+            .output()
+            .expect("running hack/controlplane.sh up");
+        if !out.status.success() {
+            panic!(
+                "hack/controlplane.sh up failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let bin = Command::new("bash")
+            .arg(&script)
+            .arg("bin")
+            .output()
+            .expect("running hack/controlplane.sh bin");
+        let cluster_dir =
+            std::env::var("GKO_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/gko-cluster".into());
+        ControlPlane {
+            kubeconfig: PathBuf::from(cluster_dir).join("kubeconfig"),
+            bin_dir: PathBuf::from(String::from_utf8_lossy(&bin.stdout).trim()),
+            repo_root: root,
+        }
+    })
+}
+
+impl ControlPlane {
+    /// A client for the current test's runtime (clients are not shared between runtimes).
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A client that authenticates with `token` instead of the admin's credentials.
+    pub async fn client_with_token(&self, token: &str) -> anyhow::Result<Client> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let mut config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        config.auth_info = kube::config::AuthInfo {
+            token: Some(token.to_string().into()),
+            ..Default::default()
+        };
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A command for one of the control plane's binaries (kubectl, helm), pointed at the cluster.
+    pub fn command(&self, binary: &str) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join(binary));
+        cmd.env("KUBECONFIG", &self.kubeconfig);
+        cmd
+    }
+}
+
+/// A namespace for one test, deleted when the test ends.
+pub struct TestNamespace {
+    pub name: String,
+    pub client: Client,
+    pub cp: &'static ControlPlane,
+}
+
+impl TestNamespace {
+    /// Creates `gko-<hint>-<random>`.
+    pub async fn new(hint: &str) -> anyhow::Result<TestNamespace> {
+        let cp = control_plane();
+        let client = cp.client().await?;
+        let suffix = format!("{:x}", rand_u32());
+        let hint: String = hint
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .take(40)
+            .collect();
+        let name = format!("gko-{hint}-{suffix}");
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([("gko-test".to_string(), "true".to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .context("creating the test namespace")?;
+        Ok(TestNamespace { name, client, cp })
+    }
+
+    /// A client with only the rights of a ServiceAccount of this namespace.
+    pub async fn service_account_client(&self, service_account: &str) -> anyhow::Result<Client> {
+        let token = self.kubectl(&["create", "token", service_account])?;
+        self.cp.client_with_token(token.trim()).await
+    }
+
+    /// Runs kubectl in this namespace; fails with its output when kubectl does.
+    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self
+            .cp
+            .command("kubectl")
+            .arg("-n")
+            .arg(&self.name)
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs kubectl in this namespace and returns its exit status and standard error.
+    pub fn kubectl_status(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> anyhow::Result<(bool, String)> {
+        use std::io::Write;
+        let mut child = self
+            .cp
+            .command("kubectl")
+            .arg("-n")
+            .arg(&self.name)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .context("kubectl stdin")?
+                .write_all(input.as_bytes())?;
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output()?;
+        Ok((
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        ))
+    }
+
+    /// Applies YAML to this namespace with kubectl.
+    pub fn apply(&self, yaml: &str) -> anyhow::Result<()> {
+        let (ok, out) = self.kubectl_status(&["apply", "--server-side", "-f", "-"], Some(yaml))?;
+        if !ok {
+            bail!("kubectl apply: {out}");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Delete in the background; the namespace controller removes what it holds.
+        let client = self.client.clone();
+        let name = self.name.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = Api::<Namespace>::all(client)
+                    .delete(&name, &DeleteParams::background())
+                    .await;
+            });
+        } else {
+            let _ = self
+                .cp
+                .command("kubectl")
+                .args(["delete", "namespace", &self.name, "--wait=false"])
+                .output();
+        }
+    }
+}
+
+/// Polls `check` until it gives `Some`, or fails after `timeout` with the last thing it saw.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last = String::from("nothing yet");
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what} (last error: {last})");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    h.finish() as u32
+}

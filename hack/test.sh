@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite: unit tests and cluster tests on the local control plane, which this script builds
+# (once, into a cache outside the repo) and starts. A cluster it started is stopped at the end.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+hack/deps.sh
+hack/controlplane.sh build
+if hack/controlplane.sh status >/dev/null 2>&1; then
+  started=no
+else
+  started=yes
+  hack/controlplane.sh up
+fi
+stop() { [ "$started" = yes ] && hack/controlplane.sh down || true; }
+trap stop EXIT
+
+log=$(mktemp)
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
+exit "$status"
