@@ -350,9 +350,15 @@ pub struct UpdateStatus {
     /// Pipelines taken out of maintenance mode so far.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resumed_pipelines: Vec<String>,
-    /// Why the update is going to fail or be refused, once known.
+    /// How the update is going to end, once that is known before the end (Refused, Failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<UpdateResult>,
+    /// Why, for an outcome known early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The phase before the update, which a Refused update leaves as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_phase: Option<Phase>,
 }
 
 /// One component in an update plan.

@@ -4,11 +4,11 @@
 //! projection that the rest of GKO works on. Writing: every write GKO makes goes through [`Writer`], the one
 //! place a leader-election Lease will gate.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::{ObjectReference, PodTemplateSpec},
+    core::v1::{ObjectReference, Pod, PodTemplateSpec},
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -40,6 +40,65 @@ pub struct Workload {
     pub image: String,
     /// The workload controller has seen the latest spec, and every replica runs it and is ready.
     pub ready: bool,
+    /// A Deployment that ran out of its progress deadline.
+    pub progress_deadline_exceeded: bool,
+    /// The workload's pod selector (`matchLabels`).
+    pub selector: BTreeMap<String, String>,
+    /// Its pods, seen through the managed container.
+    pub pods: Vec<PodView>,
+}
+
+/// A pod of a managed workload, as the stability check reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodView {
+    pub name: String,
+    /// Image of the managed container.
+    pub image: String,
+    pub ready: bool,
+    /// Why the managed container waits, if it does: (reason, message).
+    pub waiting: Option<(String, String)>,
+    pub restarts: i32,
+}
+
+impl PodView {
+    pub fn from_pod(pod: &Pod, container: &str) -> Option<PodView> {
+        let spec = pod.spec.as_ref()?;
+        let image = spec
+            .containers
+            .iter()
+            .find(|c| c.name == container)?
+            .image
+            .clone()
+            .unwrap_or_default();
+        let status = pod.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let cs = status
+            .container_statuses
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.name == container);
+        let waiting = cs
+            .as_ref()
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.waiting.as_ref())
+            .map(|w| {
+                (
+                    w.reason.clone().unwrap_or_default(),
+                    w.message.clone().unwrap_or_default(),
+                )
+            });
+        Some(PodView {
+            name: pod.name_any(),
+            image,
+            ready,
+            waiting,
+            restarts: cs.map_or(0, |c| c.restart_count),
+        })
+    }
 }
 
 impl Workload {
@@ -56,7 +115,7 @@ impl Workload {
             && status.replicas == replicas
             && status.ready_replicas.unwrap_or(0) == replicas
             && status.updated_replicas.unwrap_or(0) == replicas;
-        Some(Self::new(
+        let mut w = Self::new(
             WorkloadKind::StatefulSet,
             sts.name_any(),
             label_value,
@@ -65,7 +124,9 @@ impl Workload {
                 .map(String::as_str),
             &spec.template,
             ready,
-        ))
+        );
+        w.selector = spec.selector.match_labels.clone().unwrap_or_default();
+        Some(w)
     }
 
     pub fn from_deployment(deploy: &Deployment) -> Option<Workload> {
@@ -80,7 +141,7 @@ impl Workload {
             && status.updated_replicas.unwrap_or(0) == replicas
             && status.ready_replicas.unwrap_or(0) == replicas
             && status.available_replicas.unwrap_or(0) == replicas;
-        Some(Self::new(
+        let mut w = Self::new(
             WorkloadKind::Deployment,
             deploy.name_any(),
             label_value,
@@ -90,7 +151,12 @@ impl Workload {
                 .map(String::as_str),
             &spec.template,
             ready,
-        ))
+        );
+        w.selector = spec.selector.match_labels.clone().unwrap_or_default();
+        w.progress_deadline_exceeded = status.conditions.unwrap_or_default().iter().any(|c| {
+            c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+        });
+        Some(w)
     }
 
     fn new(
@@ -118,7 +184,29 @@ impl Workload {
             container: container.map(|c| c.name.clone()),
             image: container.and_then(|c| c.image.clone()).unwrap_or_default(),
             ready,
+            progress_deadline_exceeded: false,
+            selector: BTreeMap::new(),
+            pods: Vec::new(),
         }
+    }
+
+    /// Takes in the pods its selector matches.
+    pub fn attach_pods<'a>(&mut self, pods: impl IntoIterator<Item = &'a Pod>) {
+        let Some(container) = self.container.clone() else {
+            return;
+        };
+        if self.selector.is_empty() {
+            return;
+        }
+        self.pods = pods
+            .into_iter()
+            .filter(|p| {
+                let labels = p.labels();
+                self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            })
+            .filter_map(|p| PodView::from_pod(p, &container))
+            .collect();
+        self.pods.sort_by(|a, b| a.name.cmp(&b.name));
     }
 
     pub fn kind_name(&self) -> &'static str {
@@ -202,6 +290,57 @@ impl Writer {
             .await;
         self.metrics.status_writes.inc();
         result
+    }
+
+    /// Sets the image of one container of a managed workload, and nothing else. Server-side apply under
+    /// GKO's field manager, forced: GKO owns the images it writes.
+    pub async fn set_image(
+        &self,
+        namespace: &str,
+        kind: WorkloadKind,
+        name: &str,
+        container: &str,
+        image: &str,
+    ) -> Result<(), kube::Error> {
+        let kind_name = match kind {
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::Deployment => "Deployment",
+        };
+        let patch = json!({
+            "apiVersion": "apps/v1",
+            "kind": kind_name,
+            "metadata": { "name": name },
+            "spec": { "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } },
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        self.metrics.workload_writes.inc();
+        match kind {
+            WorkloadKind::StatefulSet => {
+                Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
+                    .patch(name, &params, &Patch::Apply(&patch))
+                    .await
+                    .map(|_| ())
+            }
+            WorkloadKind::Deployment => {
+                Api::<Deployment>::namespaced(self.client.clone(), namespace)
+                    .patch(name, &params, &Patch::Apply(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// Deletes a pod (a stuck pod of a failed StatefulSet revision, so the rollback can proceed).
+    pub async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        self.metrics.workload_writes.inc();
+        match Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .delete(name, &Default::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Records an event on the GluesyncPlatform.

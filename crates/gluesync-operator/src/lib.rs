@@ -2,10 +2,13 @@
 //! its `GluesyncPlatform` asks for, and reports what runs.
 
 pub mod api;
+pub mod catalog;
 pub mod cluster;
 pub mod controller;
+pub mod corehub;
 pub mod metrics;
 pub mod status;
+pub mod update;
 pub mod version;
 
 /// The CustomResourceDefinition of `GluesyncPlatform`, as YAML.

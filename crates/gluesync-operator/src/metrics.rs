@@ -18,6 +18,8 @@ pub struct Metrics {
     pub reconcile_errors: Counter,
     pub status_writes: Counter,
     pub events: Counter,
+    pub workload_writes: Counter,
+    pub corehub_errors: Counter,
     /// True once the watches have listed the namespace.
     pub ready: AtomicBool,
 }
@@ -29,6 +31,8 @@ impl Default for Metrics {
         let reconcile_errors = Counter::default();
         let status_writes = Counter::default();
         let events = Counter::default();
+        let workload_writes = Counter::default();
+        let corehub_errors = Counter::default();
         registry.register(
             "reconciles",
             "Reconciliations of GluesyncPlatforms",
@@ -45,12 +49,24 @@ impl Default for Metrics {
             status_writes.clone(),
         );
         registry.register("events", "Kubernetes events recorded", events.clone());
+        registry.register(
+            "workload_writes",
+            "Image changes and pod deletions on managed workloads",
+            workload_writes.clone(),
+        );
+        registry.register(
+            "corehub_errors",
+            "Core Hub calls that failed after their retries",
+            corehub_errors.clone(),
+        );
         Metrics {
             registry,
             reconciles,
             reconcile_errors,
             status_writes,
             events,
+            workload_writes,
+            corehub_errors,
             ready: AtomicBool::new(false),
         }
     }

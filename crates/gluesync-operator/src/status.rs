@@ -5,7 +5,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::{
-    api::{ComponentStatus, ComponentType, GluesyncPlatform, GluesyncPlatformStatus, Phase},
+    api::{
+        ComponentStatus, ComponentType, GluesyncPlatform, GluesyncPlatformStatus, Phase,
+        UpdateResult,
+    },
     cluster::Workload,
     version::{ImageRef, Version},
 };
@@ -133,6 +136,10 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
         observed_generation: Some(generation),
         ..previous.clone()
     };
+    let generation_attempt = previous
+        .last_attempt
+        .as_ref()
+        .filter(|a| a.generation == Some(generation));
     let conditions;
     if let Some(problem) = problem(gsp, workloads) {
         status.version = None;
@@ -156,7 +163,30 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
             .filter(|c| !c.ready)
             .map(|c| c.name.as_str())
             .collect();
-        if !current {
+        let sticky = generation_attempt
+            .filter(|a| a.result != UpdateResult::Succeeded)
+            .map(|a| (a.result, a.message.clone()));
+        if let Some((result, why)) = sticky {
+            // Degraded and Failed stay until the spec changes; a Refused update leaves the phase as it was.
+            let (phase, reason) = match result {
+                UpdateResult::Failed => (Some(Phase::Failed), "UpdateFailed"),
+                UpdateResult::Degraded => (Some(Phase::Degraded), "UpdateDegraded"),
+                _ => (previous.phase, "UpdateRefused"),
+            };
+            let message = match result {
+                UpdateResult::Failed => format!("the last update failed: {why}"),
+                UpdateResult::Degraded => format!("the last update ended degraded: {why}"),
+                _ => format!("the last update was refused: {why}"),
+            };
+            status.phase = phase;
+            status.message = Some(message.clone());
+            let ready = result == UpdateResult::Refused && current && not_ready.is_empty();
+            conditions = [
+                (READY, ready, reason, message.clone()),
+                (RECONCILING, false, reason, message.clone()),
+                (STALLED, !ready, reason, message),
+            ];
+        } else if !current {
             let message = format!(
                 "spec.version asks for Core Hub {} and {} runs",
                 gsp.spec.version,
@@ -275,6 +305,9 @@ mod tests {
             container: Some("c".into()),
             image: image.into(),
             ready,
+            progress_deadline_exceeded: false,
+            selector: Default::default(),
+            pods: vec![],
         }
     }
 

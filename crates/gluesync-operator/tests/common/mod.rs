@@ -77,6 +77,11 @@ impl Operator {
     }
 
     pub fn start_with(ns: &TestNamespace, client: Client) -> Operator {
+        // GKO's log goes with the test's output, shown when the test fails.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info,kube=warn")
+            .with_test_writer()
+            .try_init();
         let metrics = Arc::new(Metrics::default());
         let (stop, mut rx) = watch::channel(false);
         let settings = controller::Settings {
@@ -132,4 +137,101 @@ pub async fn wait_for_platform(
         }
     })
     .await
+}
+
+/// A simulator with 20 running pipelines, one more already in maintenance mode (`kept-in-maintenance`),
+/// and a catalog that offers Core Hub 2.3.2.2 and Chronos 0.3.3.
+pub async fn simulator() -> anyhow::Result<gluesync_simulator::Simulator> {
+    use gluesync_simulator::{CatalogEntry, Options, Simulator};
+    let sim = Simulator::start(Options::default()).await?;
+    sim.add_pipelines("p", 20);
+    sim.add_pipelines("kept-in-maintenance-", 1);
+    sim.set_maintenance("kept-in-maintenance-00020", true);
+    sim.set_catalog("gluesync-core-hub", CatalogEntry::all("2.3.2.2"));
+    sim.set_catalog("gluesync-chronos", CatalogEntry::all("0.3.3"));
+    sim.set_catalog("grafana", CatalogEntry::all("11.2.0"));
+    sim.set_catalog("prometheus", CatalogEntry::all("2.53.0"));
+    Ok(sim)
+}
+
+/// The sample install, Core Hub credentials, and a GluesyncPlatform at 2.3.2.1 that reaches Core Hub and
+/// the catalog at the simulator; `spec` is merged into its spec.
+pub fn install_with_simulator(
+    ns: &TestNamespace,
+    sim: &gluesync_simulator::Simulator,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    ns.apply(SAMPLE_INSTALL)?;
+    ns.apply(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: corehub-credentials\nstringData:\n  username: admin\n  password: admin\n",
+    )?;
+    let mut base = serde_json::json!({
+        "version": "2.3.2.1",
+        "coreHub": {"url": sim.url, "credentialsSecret": "corehub-credentials"},
+        "catalog": {"url": sim.url},
+        "stabilityWindowSeconds": 1,
+        "stabilityTimeoutSeconds": 60,
+    });
+    merge(&mut base, spec);
+    let doc = serde_json::json!({
+        "apiVersion": "gluesync.molo17.com/v1alpha1",
+        "kind": "GluesyncPlatform",
+        "metadata": {"name": "gluesync"},
+        "spec": base,
+    });
+    ns.apply(&doc.to_string())
+}
+
+fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// Changes the spec with a merge patch, as `kubectl patch --type merge` does.
+pub async fn patch_spec(ns: &TestNamespace, spec: serde_json::Value) -> anyhow::Result<()> {
+    platforms(ns)
+        .patch(
+            "gluesync",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The reasons of the events on the GluesyncPlatform, oldest first.
+pub async fn event_reasons(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::events::v1::Event;
+    let events: Api<Event> = Api::namespaced(ns.client.clone(), &ns.name);
+    let mut list: Vec<Event> = events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("GluesyncPlatform")
+        })
+        .collect();
+    list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    Ok(list.into_iter().filter_map(|e| e.reason).collect())
+}
+
+/// The image of a workload's first container.
+pub async fn image_of(ns: &TestNamespace, kind: &str, name: &str) -> anyhow::Result<String> {
+    Ok(ns
+        .kubectl(&[
+            "get",
+            kind,
+            name,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ])?
+        .trim()
+        .to_string())
 }

@@ -1,0 +1,218 @@
+//! Cluster tests of the update engine, with the Core Hub simulator.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gluesync_operator::api::{ComponentResultStatus, Phase, UpdateResult};
+use serde_json::json;
+
+fn finished(g: &gluesync_operator::api::GluesyncPlatform, generation_at_least: i64) -> bool {
+    g.status.as_ref().is_some_and(|s| {
+        s.update.is_none()
+            && s.last_attempt
+                .as_ref()
+                .is_some_and(|a| a.generation.unwrap_or(0) >= generation_at_least)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
+    let ns = namespace("clean-update").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let _gko = Operator::start_with_role(&ns).await?;
+    let g = wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    assert!(
+        g.status.unwrap_or_default().last_attempt.is_none(),
+        "no update ran yet"
+    );
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_platform(&ns, "phase Updating", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Updating))
+    })
+    .await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    let status = g.status.clone().unwrap_or_default();
+    let attempt = status.last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.message, "update finished");
+    assert_eq!(attempt.target.as_deref(), Some("2.3.2.2"));
+    assert_eq!(status.phase, Some(Phase::Current));
+    assert_eq!(status.version.as_deref(), Some("2.3.2.2"));
+
+    let results: Vec<_> = attempt
+        .results
+        .iter()
+        .map(|r| {
+            (
+                r.name.as_str(),
+                r.status,
+                r.from.as_deref(),
+                r.to.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (
+                "gluesync-gluesync-core-hub",
+                ComponentResultStatus::Ok,
+                Some("2.3.2.1"),
+                Some("2.3.2.2")
+            ),
+            (
+                "gluesync-gluesync-chronos",
+                ComponentResultStatus::Ok,
+                Some("0.3.2"),
+                Some("0.3.3")
+            ),
+            (
+                "gluesync-gluesync-grafana",
+                ComponentResultStatus::Skipped,
+                Some("11.2.0"),
+                None
+            ),
+            (
+                "gluesync-gluesync-prometheus",
+                ComponentResultStatus::Skipped,
+                Some("2.53.0"),
+                None
+            ),
+        ]
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.2"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.3"
+    );
+
+    // Every running pipeline was paused once and resumed once; the one already in maintenance stayed.
+    assert_eq!(attempt.paused_pipelines.len(), 20);
+    assert_eq!(attempt.paused_pipelines, attempt.resumed_pipelines);
+    assert!(
+        !attempt
+            .paused_pipelines
+            .iter()
+            .any(|p| p.starts_with("kept"))
+    );
+    assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
+    let calls = sim.calls();
+    assert_eq!(calls.enter.len(), 20);
+    assert!(calls.enter.values().all(|n| *n == 1), "{:?}", calls.enter);
+    assert!(calls.exit.values().all(|n| *n == 1), "{:?}", calls.exit);
+    assert!(!calls.exit.contains_key("kept-in-maintenance-00020"));
+    assert!(status.paused_pipelines.is_empty());
+
+    assert_eq!(status.history.len(), 1);
+    let h = &status.history[0];
+    assert_eq!(
+        (h.from.as_deref(), h.to.as_deref(), h.result),
+        (Some("2.3.2.1"), Some("2.3.2.2"), UpdateResult::Succeeded)
+    );
+    assert_eq!(
+        h.previous_images
+            .get("gluesync-gluesync-core-hub")
+            .map(String::as_str),
+        Some("molo17/gluesync-core-hub:2.3.2.1")
+    );
+
+    let reasons = event_reasons(&ns).await?;
+    assert_eq!(
+        reasons,
+        [
+            "UpdateStarted",
+            "PipelinesPaused",
+            "CoreHubPatched",
+            "CoreHubUpdated",
+            "PipelinesResumed",
+            "UpdateSucceeded"
+        ]
+    );
+
+    // Nothing more happens: the update ran once.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = platforms(&ns).get("gluesync").await?;
+    assert_eq!(again.status.unwrap_or_default().history.len(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
+    let ns = namespace("crash").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let _gko = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+
+    patch_spec(&ns, json!({"version": "2.3.2.2-crash"})).await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Failed, "{attempt:?}");
+    assert!(
+        attempt.message.contains("CrashLoopBackOff"),
+        "{}",
+        attempt.message
+    );
+    assert_eq!(status.phase, Some(Phase::Failed));
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.1"
+    );
+    let core = attempt
+        .results
+        .iter()
+        .find(|r| r.name == "gluesync-gluesync-core-hub")
+        .unwrap();
+    assert_eq!(core.status, ComponentResultStatus::RolledBack);
+    // Modules are not touched after a Core Hub failure; pipelines are resumed all the same.
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.2"
+    );
+    assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
+    assert_eq!(attempt.resumed_pipelines.len(), 20);
+    let reasons = event_reasons(&ns).await?;
+    assert_eq!(
+        reasons,
+        [
+            "UpdateStarted",
+            "PipelinesPaused",
+            "CoreHubPatched",
+            "CoreHubFailed",
+            "PipelinesResumed",
+            "UpdateFailed"
+        ]
+    );
+    // Core Hub runs again on its previous version, ready.
+    wait_for_platform(&ns, "Core Hub ready on 2.3.2.1", |g| {
+        g.status.as_ref().is_some_and(|s| {
+            s.components.iter().any(|c| {
+                c.name == "gluesync-gluesync-core-hub"
+                    && c.ready
+                    && c.version.as_deref() == Some("2.3.2.1")
+            })
+        })
+    })
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,613 @@
+//! A simulator of Core Hub's REST API and of the version catalog, for GKO's tests, benchmarks and demo.
+//!
+//! It speaks the API as Core Hub's clients use it (login and token, `GET /authentication/me` with roles,
+//! `GET /pipelines`, maintenance enter and exit) and the catalog's `GET /agent/{image}/version`, over HTTP or
+//! HTTPS. It holds any number of pipelines, and its [`Faults`] make it slow, refuse connections, answer 500,
+//! hang, or leave chosen pipelines out of maintenance mode. Tests drive it in-process through [`Simulator`];
+//! the binary adds an admin API (`/_sim/...`) on a port of its own.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, Request, State},
+    http::{HeaderMap, StatusCode},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post, put},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::watch;
+
+/// A pipeline as Core Hub lists it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Pipeline {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub configuration_completed: bool,
+    pub is_in_maintenance_mode: bool,
+}
+
+/// What the simulator does wrong, on purpose.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Faults {
+    /// Every Core Hub answer waits this long.
+    pub delay_ms: u64,
+    /// The next `error_count` Core Hub requests whose path starts with `error_path` (any when empty) are
+    /// answered with `error_status` (500 when 0).
+    pub error_count: u32,
+    pub error_status: u16,
+    pub error_path: String,
+    /// Core Hub requests never get an answer.
+    pub hang: bool,
+    /// The Core Hub port refuses connections, as when Core Hub is down.
+    pub down: bool,
+    /// Pipelines that never reach maintenance mode.
+    pub stuck: HashSet<String>,
+    /// A pipeline reaches maintenance mode this long after it was asked to.
+    pub maintenance_delay_ms: u64,
+}
+
+/// Latest versions of one image on each release channel.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogEntry {
+    #[serde(rename = "latestVersionGA")]
+    pub latest_version_ga: String,
+    pub latest_version_beta: String,
+    pub latest_version_alpha: String,
+}
+
+impl CatalogEntry {
+    pub fn all(version: &str) -> CatalogEntry {
+        CatalogEntry {
+            latest_version_ga: version.into(),
+            latest_version_beta: version.into(),
+            latest_version_alpha: version.into(),
+        }
+    }
+}
+
+/// Counts of what was asked of the simulator.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Calls {
+    pub logins: u64,
+    pub me: u64,
+    pub list_pipelines: u64,
+    pub catalog: u64,
+    /// Maintenance enter requests per pipeline.
+    pub enter: BTreeMap<String, u32>,
+    /// Maintenance exit requests per pipeline.
+    pub exit: BTreeMap<String, u32>,
+    /// Enter requests for a pipeline already in maintenance mode.
+    pub enter_while_in_maintenance: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    users: HashMap<String, (String, String)>,
+    tokens: HashMap<String, String>,
+    pipelines: BTreeMap<String, Pipeline>,
+    faults: Faults,
+    catalog: HashMap<String, CatalogEntry>,
+    catalog_maintenance: bool,
+    calls: Calls,
+    next_token: u64,
+}
+
+/// The simulator's state, shared by its servers and its owner.
+#[derive(Clone, Default)]
+pub struct Sim {
+    inner: Arc<Mutex<Inner>>,
+    down: Arc<watch::Sender<bool>>,
+}
+
+impl Sim {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind; keep serving it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a user who logs in with `password` and has `role` (SUPER_ADMIN, MANAGER, MONITOR, VIEWER...).
+    pub fn add_user(&self, username: &str, password: &str, role: &str) {
+        self.lock()
+            .users
+            .insert(username.into(), (password.into(), role.into()));
+    }
+
+    /// A token for `username`, as a login would give.
+    pub fn token_for(&self, username: &str) -> String {
+        let mut inner = self.lock();
+        inner.next_token += 1;
+        let token = format!("sim-token-{}-{}", inner.next_token, username);
+        inner.tokens.insert(token.clone(), username.into());
+        token
+    }
+
+    /// Adds `count` running pipelines named `{prefix}{n}`.
+    pub fn add_pipelines(&self, prefix: &str, count: usize) {
+        let mut inner = self.lock();
+        let start = inner.pipelines.len();
+        for n in start..start + count {
+            let id = format!("{prefix}{n:05}");
+            inner.pipelines.insert(
+                id.clone(),
+                Pipeline {
+                    name: format!("pipeline {id}"),
+                    id,
+                    description: String::new(),
+                    configuration_completed: true,
+                    is_in_maintenance_mode: false,
+                },
+            );
+        }
+    }
+
+    /// Puts a pipeline into maintenance mode (or out of it) as a user would.
+    pub fn set_maintenance(&self, id: &str, on: bool) {
+        if let Some(p) = self.lock().pipelines.get_mut(id) {
+            p.is_in_maintenance_mode = on;
+        }
+    }
+
+    pub fn pipelines(&self) -> Vec<Pipeline> {
+        self.lock().pipelines.values().cloned().collect()
+    }
+
+    pub fn in_maintenance(&self) -> Vec<String> {
+        self.lock()
+            .pipelines
+            .values()
+            .filter(|p| p.is_in_maintenance_mode)
+            .map(|p| p.id.clone())
+            .collect()
+    }
+
+    pub fn calls(&self) -> Calls {
+        self.lock().calls.clone()
+    }
+
+    pub fn faults(&self) -> Faults {
+        self.lock().faults.clone()
+    }
+
+    /// Replaces the faults.
+    pub fn set_faults(&self, faults: Faults) {
+        let down = faults.down;
+        self.lock().faults = faults;
+        self.down.send_replace(down);
+    }
+
+    /// Changes the faults in place.
+    pub fn update_faults(&self, f: impl FnOnce(&mut Faults)) {
+        let mut faults = self.faults();
+        f(&mut faults);
+        self.set_faults(faults);
+    }
+
+    pub fn set_catalog(&self, image: &str, entry: CatalogEntry) {
+        self.lock().catalog.insert(image.into(), entry);
+    }
+
+    /// The catalog answers 503 MAINTENANCE_MODE while on.
+    pub fn set_catalog_maintenance(&self, on: bool) {
+        self.lock().catalog_maintenance = on;
+    }
+
+    fn authenticate(&self, headers: &HeaderMap) -> Option<(String, String)> {
+        let bearer = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_string);
+        let cookie = headers
+            .get("cookie")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|c| {
+                c.split(';')
+                    .filter_map(|kv| kv.trim().split_once('='))
+                    .find(|(k, _)| *k == "gs-auth")
+                    .map(|(_, v)| v.to_string())
+            });
+        let inner = self.lock();
+        let token = bearer.or(cookie)?;
+        let user = inner.tokens.get(&token)?;
+        let role = inner.users.get(user).map(|(_, r)| r.clone())?;
+        Some((user.clone(), role))
+    }
+}
+
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({
+            "notificationId": -1,
+            "message": "Invalid authorization token, please retry or make a new login in order to obtain a fresh token"
+        })),
+    )
+        .into_response()
+}
+
+/// Slowness, hangs and injected errors, before any Core Hub route.
+async fn faults(State(sim): State<Sim>, req: Request, next: Next) -> Response {
+    let (delay, hang, error) = {
+        let mut inner = sim.lock();
+        let f = &mut inner.faults;
+        let path = req.uri().path();
+        let error = if f.error_count > 0 && path.starts_with(f.error_path.as_str()) {
+            f.error_count -= 1;
+            Some(if f.error_status == 0 {
+                500
+            } else {
+                f.error_status
+            })
+        } else {
+            None
+        };
+        (f.delay_ms, f.hang, error)
+    };
+    if hang {
+        std::future::pending::<()>().await;
+    }
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    if let Some(code) = error {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (
+            status,
+            Json(json!({"notificationId": -1, "message": "simulated failure"})),
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
+#[derive(Deserialize)]
+struct Login {
+    username: String,
+    password: String,
+}
+
+async fn login(State(sim): State<Sim>, Json(body): Json<Login>) -> Response {
+    let ok = {
+        let mut inner = sim.lock();
+        inner.calls.logins += 1;
+        inner
+            .users
+            .get(&body.username)
+            .is_some_and(|(p, _)| *p == body.password)
+    };
+    if !ok {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"notificationId": -1, "message": "Wrong username or password"})),
+        )
+            .into_response();
+    }
+    let token = sim.token_for(&body.username);
+    Json(json!({"apiToken": token, "changeRequired": false})).into_response()
+}
+
+async fn me(State(sim): State<Sim>, headers: HeaderMap) -> Response {
+    sim.lock().calls.me += 1;
+    match sim.authenticate(&headers) {
+        Some((username, role)) => Json(json!({"username": username, "role": role})).into_response(),
+        None => unauthorized(),
+    }
+}
+
+async fn list_pipelines(State(sim): State<Sim>, headers: HeaderMap) -> Response {
+    if sim.authenticate(&headers).is_none() {
+        return unauthorized();
+    }
+    let mut inner = sim.lock();
+    inner.calls.list_pipelines += 1;
+    Json(inner.pipelines.values().collect::<Vec<_>>()).into_response()
+}
+
+async fn get_pipeline(
+    State(sim): State<Sim>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if sim.authenticate(&headers).is_none() {
+        return unauthorized();
+    }
+    match sim.lock().pipelines.get(&id) {
+        Some(p) => Json(p).into_response(),
+        None => not_found(&id),
+    }
+}
+
+fn not_found(id: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"notificationId": -1, "message": format!("Pipeline {id} not found")})),
+    )
+        .into_response()
+}
+
+async fn maintenance(
+    State(sim): State<Sim>,
+    headers: HeaderMap,
+    Path((id, command)): Path<(String, String)>,
+) -> Response {
+    if sim.authenticate(&headers).is_none() {
+        return unauthorized();
+    }
+    let enter = match command.as_str() {
+        "enter" => true,
+        "exit" => false,
+        _ => return StatusCode::NOT_FOUND.into_response(),
+    };
+    let delay = {
+        let mut inner = sim.lock();
+        let Some(current) = inner.pipelines.get(&id).map(|p| p.is_in_maintenance_mode) else {
+            return not_found(&id);
+        };
+        if enter {
+            *inner.calls.enter.entry(id.clone()).or_default() += 1;
+            if current {
+                inner.calls.enter_while_in_maintenance += 1;
+            }
+        } else {
+            *inner.calls.exit.entry(id.clone()).or_default() += 1;
+        }
+        if enter && inner.faults.stuck.contains(&id) {
+            return (StatusCode::ACCEPTED, "Maintenance command received").into_response();
+        }
+        let delay = inner.faults.maintenance_delay_ms;
+        if delay == 0
+            && let Some(p) = inner.pipelines.get_mut(&id)
+        {
+            p.is_in_maintenance_mode = enter;
+        }
+        delay
+    };
+    if delay > 0 {
+        let sim = sim.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            sim.set_maintenance(&id, enter);
+        });
+    }
+    (StatusCode::ACCEPTED, "Maintenance command received").into_response()
+}
+
+async fn catalog(State(sim): State<Sim>, Path(image): Path<String>) -> Response {
+    let mut inner = sim.lock();
+    inner.calls.catalog += 1;
+    if inner.catalog_maintenance {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"code": "MAINTENANCE_MODE", "message": "OTA updates are currently undergoing maintenance"})),
+        )
+            .into_response();
+    }
+    match inner.catalog.get(&image) {
+        Some(entry) => Json(entry).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"message": format!("agent {image} not found")})),
+        )
+            .into_response(),
+    }
+}
+
+/// Core Hub's API and the catalog's, on one router.
+pub fn api_router(sim: Sim) -> Router {
+    let corehub = Router::new()
+        .route("/authentication/login", post(login))
+        .route("/authentication/me", get(me))
+        .route("/pipelines", get(list_pipelines))
+        .route("/pipelines/{id}", get(get_pipeline))
+        .route(
+            "/pipelines/{id}/commands/maintenance/{command}",
+            post(maintenance),
+        )
+        .layer(middleware::from_fn_with_state(sim.clone(), faults));
+    Router::new()
+        .route("/agent/{image}/version", get(catalog))
+        .merge(corehub)
+        .with_state(sim)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AddPipelines {
+    count: usize,
+    #[serde(default = "default_prefix")]
+    prefix: String,
+}
+
+fn default_prefix() -> String {
+    "p".into()
+}
+
+#[derive(Deserialize)]
+struct AddUser {
+    username: String,
+    password: String,
+    role: String,
+}
+
+/// The admin API: `/_sim/state`, `/_sim/pipelines`, `/_sim/faults`, `/_sim/catalog/{image}`, `/_sim/users`.
+pub fn admin_router(sim: Sim) -> Router {
+    Router::new()
+        .route(
+            "/_sim/state",
+            get(|State(sim): State<Sim>| async move {
+                Json(json!({
+                    "pipelines": sim.pipelines(),
+                    "inMaintenance": sim.in_maintenance().len(),
+                    "faults": sim.faults(),
+                    "calls": sim.calls(),
+                }))
+            }),
+        )
+        .route(
+            "/_sim/pipelines",
+            post(|State(sim): State<Sim>, Json(b): Json<AddPipelines>| async move {
+                sim.add_pipelines(&b.prefix, b.count);
+                StatusCode::NO_CONTENT
+            }),
+        )
+        .route(
+            "/_sim/faults",
+            put(|State(sim): State<Sim>, Json(f): Json<Faults>| async move {
+                sim.set_faults(f);
+                StatusCode::NO_CONTENT
+            }),
+        )
+        .route(
+            "/_sim/catalog/{image}",
+            put(
+                |State(sim): State<Sim>, Path(image): Path<String>, Json(e): Json<CatalogEntry>| async move {
+                    sim.set_catalog(&image, e);
+                    StatusCode::NO_CONTENT
+                },
+            ),
+        )
+        .route(
+            "/_sim/users",
+            post(|State(sim): State<Sim>, Json(u): Json<AddUser>| async move {
+                sim.add_user(&u.username, &u.password, &u.role);
+                StatusCode::NO_CONTENT
+            }),
+        )
+        .with_state(sim)
+}
+
+/// How the simulator serves Core Hub's API.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Address of Core Hub's API (port 0: any free port).
+    pub addr: Option<SocketAddr>,
+    /// Serve HTTPS with a self-signed certificate for localhost and 127.0.0.1.
+    pub tls: bool,
+}
+
+/// A running simulator.
+pub struct Simulator {
+    pub sim: Sim,
+    /// Base URL of Core Hub's API and the catalog.
+    pub url: String,
+    /// PEM of the certificate, when serving HTTPS.
+    pub cert_pem: Option<String>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl std::ops::Deref for Simulator {
+    type Target = Sim;
+    fn deref(&self) -> &Sim {
+        &self.sim
+    }
+}
+
+impl Simulator {
+    /// Starts a simulator with the users `admin` (SUPER_ADMIN), `manager` (MANAGER), `monitor` (MONITOR)
+    /// and `viewer` (VIEWER), each with its name as password.
+    pub async fn start(options: Options) -> anyhow::Result<Simulator> {
+        let sim = Sim::default();
+        for (user, role) in [
+            ("admin", "SUPER_ADMIN"),
+            ("manager", "MANAGER"),
+            ("monitor", "MONITOR"),
+            ("viewer", "VIEWER"),
+        ] {
+            sim.add_user(user, user, role);
+        }
+        let addr = options
+            .addr
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        // Bind once to learn the port; the server rebinds the same port after each "down".
+        let listener = std::net::TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        drop(listener);
+        let (cert_pem, tls) = if options.tls {
+            let cert = rcgen::generate_simple_self_signed(vec![
+                "localhost".to_string(),
+                "127.0.0.1".to_string(),
+            ])?;
+            let cert_pem = cert.cert.pem();
+            let key_pem = cert.signing_key.serialize_pem();
+            let config = axum_server::tls_rustls::RustlsConfig::from_pem(
+                cert_pem.clone().into_bytes(),
+                key_pem.into_bytes(),
+            )
+            .await?;
+            (Some(cert_pem), Some(config))
+        } else {
+            (None, None)
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let task = tokio::spawn(serve_until_dropped(sim.clone(), addr, tls));
+        // Wait until the port answers.
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(Simulator {
+            sim,
+            url: format!("{scheme}://{addr}"),
+            cert_pem,
+            task,
+        })
+    }
+}
+
+/// Serves the API, closing the port while the `down` fault is on.
+async fn serve_until_dropped(
+    sim: Sim,
+    addr: SocketAddr,
+    tls: Option<axum_server::tls_rustls::RustlsConfig>,
+) {
+    let mut down = sim.down.subscribe();
+    loop {
+        if *down.borrow_and_update() {
+            let _ = down.changed().await;
+            continue;
+        }
+        let handle = axum_server::Handle::new();
+        let stopper = handle.clone();
+        let mut watch_down = sim.down.subscribe();
+        let stop = tokio::spawn(async move {
+            let _ = watch_down.wait_for(|d| *d).await;
+            stopper.shutdown();
+        });
+        let app = api_router(sim.clone()).into_make_service();
+        let result = match &tls {
+            Some(config) => {
+                axum_server::bind_rustls(addr, config.clone())
+                    .handle(handle)
+                    .serve(app)
+                    .await
+            }
+            None => axum_server::bind(addr).handle(handle).serve(app).await,
+        };
+        stop.abort();
+        if let Err(e) = result {
+            tracing::warn!(error = %e, %addr, "simulator server stopped; retrying");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
