@@ -216,3 +216,274 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
     .await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpullable_core_hub_fails_without_waiting_for_the_timeout() -> anyhow::Result<()> {
+    let ns = namespace("unpullable").await?;
+    let sim = simulator().await?;
+    // A stability timeout far longer than the test's patience: only failing fast can pass.
+    install_with_simulator(&ns, &sim, json!({"stabilityTimeoutSeconds": 3600}))?;
+    let _gko = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    patch_spec(&ns, json!({"version": "2.3.2.2-unpullable"})).await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Failed);
+    assert!(
+        attempt.message.contains("ImagePullBackOff"),
+        "{}",
+        attempt.message
+    );
+    assert_eq!(status.phase, Some(Phase::Failed));
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.1"
+    );
+    assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_module_is_rolled_back_and_the_others_updated() -> anyhow::Result<()> {
+    let ns = namespace("module-crash").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let _gko = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    patch_spec(
+        &ns,
+        json!({"modules": {"gluesync-gluesync-chronos": "0.3.3-crash", "gluesync-gluesync-grafana": "11.3.0"}}),
+    )
+    .await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Degraded, "{attempt:?}");
+    assert_eq!(status.phase, Some(Phase::Degraded));
+    assert!(
+        attempt
+            .message
+            .contains("gluesync-gluesync-chronos rolled back"),
+        "{}",
+        attempt.message
+    );
+    let by_name = |n: &str| {
+        attempt
+            .results
+            .iter()
+            .find(|r| r.name == n)
+            .map(|r| r.status)
+    };
+    assert_eq!(
+        by_name("gluesync-gluesync-chronos"),
+        Some(ComponentResultStatus::RolledBack)
+    );
+    assert_eq!(
+        by_name("gluesync-gluesync-grafana"),
+        Some(ComponentResultStatus::Ok)
+    );
+    assert_eq!(
+        by_name("gluesync-gluesync-core-hub"),
+        Some(ComponentResultStatus::Skipped)
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.2"
+    );
+    assert_eq!(
+        image_of(&ns, "deployment", "gluesync-gluesync-grafana").await?,
+        "molo17/grafana:11.3.0"
+    );
+    // Modules only: Core Hub stayed, and no pipeline was paused.
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.1"
+    );
+    assert!(sim.calls().enter.is_empty());
+    assert_eq!(
+        status.history[0].to, None,
+        "to is empty for an update of modules only"
+    );
+    let reasons = event_reasons(&ns).await?;
+    assert_eq!(
+        reasons,
+        ["UpdateStarted", "ModuleRolledBack", "UpdateDegraded"]
+    );
+    // Degraded stays: the rolled-back module is not tried again by itself.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = platforms(&ns)
+        .get("gluesync")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(again.phase, Some(Phase::Degraded));
+    assert_eq!(again.history.len(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()> {
+    let ns = namespace("drain-timeout").await?;
+    let sim = simulator().await?;
+    sim.update_faults(|f| {
+        f.stuck.insert("p00003".into());
+    });
+    install_with_simulator(&ns, &sim, json!({"drainTimeoutSeconds": 3}))?;
+    let _gko = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Refused);
+    assert!(attempt.message.contains("p00003"), "{}", attempt.message);
+    assert_eq!(
+        status.phase,
+        Some(Phase::Current),
+        "a Refused update leaves the phase as it was"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.1"
+    );
+    assert_eq!(
+        sim.in_maintenance(),
+        ["kept-in-maintenance-00020"],
+        "the paused ones were resumed"
+    );
+    assert!(status.paused_pipelines.is_empty());
+    let reasons = event_reasons(&ns).await?;
+    assert_eq!(
+        reasons,
+        [
+            "UpdateStarted",
+            "PipelinesPaused",
+            "DrainTimeout",
+            "PipelinesResumed",
+            "UpdateRefused"
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_hub_answering_500_for_a_while_does_not_stop_the_update() -> anyhow::Result<()> {
+    let ns = namespace("corehub-500").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
+    let _gko = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    // During Drain.
+    sim.update_faults(|f| {
+        f.error_count = 12;
+        f.error_path = "/pipelines".into();
+    });
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_platform(&ns, "step CoreHub", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.update.as_ref())
+            .is_some_and(|u| u.step == gluesync_operator::api::UpdateStep::CoreHub)
+    })
+    .await?;
+    assert_eq!(
+        sim.faults().error_count,
+        0,
+        "the 500s were answered during Drain"
+    );
+    // During Resume (Core Hub's stability window leaves time to set it up).
+    sim.update_faults(|f| f.error_count = 12);
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    assert_eq!(
+        sim.faults().error_count,
+        0,
+        "the 500s were answered during Resume"
+    );
+    let attempt = g.status.unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.resumed_pipelines.len(), 20);
+    assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_request_id_retries_and_history_keeps_ten() -> anyhow::Result<()> {
+    let ns = namespace("retry").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
+    let _gko = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    patch_spec(&ns, json!({"version": "2.3.2.2-crash"})).await?;
+    let g = wait_for_platform(&ns, "the failed update", |g| finished(g, 2)).await?;
+    assert_eq!(g.status.unwrap_or_default().phase, Some(Phase::Failed));
+    // Failed stays until the spec changes; a new requestID retries the same versions.
+    patch_spec(&ns, json!({"requestID": "retry-1"})).await?;
+    let g = wait_for_platform(&ns, "the retried update", |g| finished(g, 3)).await?;
+    let status = g.status.unwrap_or_default();
+    assert_eq!(status.history.len(), 2);
+    assert_eq!(
+        status
+            .last_attempt
+            .as_ref()
+            .and_then(|a| a.request_id.as_deref()),
+        Some("retry-1")
+    );
+    assert_eq!(status.history[0].request_id.as_deref(), Some("retry-1"));
+
+    // Ten more updates: history keeps the newest ten.
+    for (i, version) in ["2.3.2.2", "2.3.2.1"].iter().cycle().take(10).enumerate() {
+        let generation = platforms(&ns)
+            .get("gluesync")
+            .await?
+            .metadata
+            .generation
+            .unwrap_or(0);
+        patch_spec(
+            &ns,
+            json!({"version": version, "requestID": format!("r{i}")}),
+        )
+        .await?;
+        wait_for_platform(&ns, "an update", |g| finished(g, generation + 1)).await?;
+    }
+    let status = platforms(&ns)
+        .get("gluesync")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.history.len(), 10);
+    assert_eq!(status.history[0].request_id.as_deref(), Some("r9"));
+    assert_eq!(status.history[9].request_id.as_deref(), Some("r0"));
+    assert!(
+        status
+            .history
+            .iter()
+            .all(|h| h.result == UpdateResult::Succeeded)
+    );
+    Ok(())
+}
