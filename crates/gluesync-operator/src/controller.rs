@@ -64,7 +64,8 @@ pub struct Context {
     deployments: Store<Deployment>,
     pods: Store<Pod>,
     corehubs: Mutex<HashMap<String, (String, Arc<CoreHub>)>>,
-    /// Maintenance requests sent, by (platform uid, pipeline, enter): not repeated within RESEND_AFTER.
+    /// Maintenance requests sent, by (platform uid and update generation, pipeline, enter): not repeated
+    /// within RESEND_AFTER by the same update.
     sent: Mutex<HashMap<(String, String, bool), Instant>>,
 }
 
@@ -233,7 +234,13 @@ impl Context {
         ids: Vec<String>,
         enter: bool,
     ) {
-        let uid = gsp.uid().unwrap_or_default();
+        // Each update runs for its own generation.
+        let generation = gsp
+            .status
+            .as_ref()
+            .and_then(|s| s.update.as_ref())
+            .map_or(0, |u| u.generation);
+        let uid = format!("{}/{generation}", gsp.uid().unwrap_or_default());
         let now = Instant::now();
         let ids: Vec<String> = {
             let Ok(mut sent) = self.sent.lock() else {
