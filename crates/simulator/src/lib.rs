@@ -55,6 +55,8 @@ pub struct Faults {
     pub stuck: HashSet<String>,
     /// A pipeline reaches maintenance mode this long after it was asked to.
     pub maintenance_delay_ms: u64,
+    /// Every catalog answer waits this long.
+    pub catalog_delay_ms: u64,
 }
 
 /// Latest versions of one image on each release channel.
@@ -386,6 +388,10 @@ async fn maintenance(
 }
 
 async fn catalog(State(sim): State<Sim>, Path(image): Path<String>) -> Response {
+    let delay = sim.lock().faults.catalog_delay_ms;
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
     let mut inner = sim.lock();
     inner.calls.catalog += 1;
     if inner.catalog_maintenance {
