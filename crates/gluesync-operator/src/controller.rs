@@ -353,6 +353,7 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
         if gsp.status.as_ref() != Some(&decision.status) {
             match ctx.writer.write_status(&gsp, &decision.status).await {
                 Ok(written) => {
+                    observe_steps(&ctx.metrics, gsp.status.as_ref(), &decision.status);
                     let s = &decision.status;
                     info!(
                         phase = s.phase.map(|p| p.as_str()).unwrap_or(""),
@@ -393,6 +394,38 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
         }
     }
     Ok(RequeueAction::requeue(Duration::from_millis(10)))
+}
+
+/// Step durations and update results, from one status to the next.
+fn observe_steps(
+    metrics: &Metrics,
+    before: Option<&crate::api::GluesyncPlatformStatus>,
+    after: &crate::api::GluesyncPlatformStatus,
+) {
+    let Some(prev) = before.and_then(|s| s.update.as_ref()) else {
+        return;
+    };
+    let next = after.update.as_ref();
+    if next.map(|u| u.step) == Some(prev.step) {
+        return;
+    }
+    let took = jiff::Timestamp::now().duration_since(prev.step_started_at.0);
+    metrics
+        .step_seconds
+        .get_or_create(&crate::metrics::StepLabel {
+            step: format!("{:?}", prev.step),
+        })
+        .observe(took.as_secs_f64().max(0.0));
+    if next.is_none()
+        && let Some(attempt) = &after.last_attempt
+    {
+        metrics
+            .updates
+            .get_or_create(&crate::metrics::ResultLabel {
+                result: format!("{:?}", attempt.result),
+            })
+            .inc();
+    }
 }
 
 async fn record(

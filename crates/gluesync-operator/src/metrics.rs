@@ -9,9 +9,25 @@ use std::{
 };
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
-use prometheus_client::{encoding::text::encode, metrics::counter::Counter, registry::Registry};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    registry::Registry,
+};
 
-/// GKO's counters. Cheap to clone into every part that counts.
+/// Labels of `updates_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+/// Labels of `update_step_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    pub step: String,
+}
+
+/// GKO's metrics. The counters are cheap handles, shared by every part that counts.
 pub struct Metrics {
     registry: Registry,
     pub reconciles: Counter,
@@ -20,44 +36,48 @@ pub struct Metrics {
     pub events: Counter,
     pub workload_writes: Counter,
     pub corehub_errors: Counter,
+    /// Finished updates by result.
+    pub updates: Family<ResultLabel, Counter>,
+    /// How long each step of an update took.
+    pub step_seconds: Family<StepLabel, Histogram>,
     /// True once the watches have listed the namespace.
     pub ready: AtomicBool,
+}
+
+fn step_histogram() -> Histogram {
+    Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0])
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("gluesync_operator");
-        let reconciles = Counter::default();
-        let reconcile_errors = Counter::default();
-        let status_writes = Counter::default();
-        let events = Counter::default();
-        let workload_writes = Counter::default();
-        let corehub_errors = Counter::default();
-        registry.register(
-            "reconciles",
-            "Reconciliations of GluesyncPlatforms",
-            reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Reconciliations that ended in an error",
-            reconcile_errors.clone(),
-        );
-        registry.register(
-            "status_writes",
-            "Writes of a GluesyncPlatform status",
-            status_writes.clone(),
-        );
-        registry.register("events", "Kubernetes events recorded", events.clone());
-        registry.register(
+        let mut counter = |name: &str, help: &str| {
+            let c = Counter::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let reconciles = counter("reconciles", "Reconciliations of GluesyncPlatforms");
+        let reconcile_errors =
+            counter("reconcile_errors", "Reconciliations that ended in an error");
+        let status_writes = counter("status_writes", "Writes of a GluesyncPlatform status");
+        let events = counter("events", "Kubernetes events recorded");
+        let workload_writes = counter(
             "workload_writes",
             "Image changes and pod deletions on managed workloads",
-            workload_writes.clone(),
         );
-        registry.register(
+        let corehub_errors = counter(
             "corehub_errors",
             "Core Hub calls that failed after their retries",
-            corehub_errors.clone(),
+        );
+        let updates = Family::<ResultLabel, Counter>::default();
+        registry.register("updates", "Finished updates by result", updates.clone());
+        let step_seconds = Family::<StepLabel, Histogram>::new_with_constructor(
+            step_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "update_step_duration_seconds",
+            "How long each step of an update took",
+            step_seconds.clone(),
         );
         Metrics {
             registry,
@@ -67,6 +87,8 @@ impl Default for Metrics {
             events,
             workload_writes,
             corehub_errors,
+            updates,
+            step_seconds,
             ready: AtomicBool::new(false),
         }
     }

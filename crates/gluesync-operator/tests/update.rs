@@ -22,7 +22,7 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
     let ns = namespace("clean-update").await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
-    let _gko = Operator::start_with_role(&ns).await?;
+    let gko = Operator::start_with_role(&ns).await?;
     let g = wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
@@ -147,6 +147,20 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let again = platforms(&ns).get("gluesync").await?;
     assert_eq!(again.status.unwrap_or_default().history.len(), 1);
+    let metrics = gko.metrics.render();
+    assert!(
+        metrics.contains(r#"gluesync_operator_updates_total{result="Succeeded"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"gluesync_operator_update_step_duration_seconds_count{step="Drain"} 1"#),
+        "{metrics}"
+    );
+    assert_eq!(
+        gko.metrics.reconcile_errors.get(),
+        0,
+        "GKO lacked a right or failed"
+    );
     Ok(())
 }
 
