@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test crd cluster-up cluster-down
+.PHONY: demo test bench crd cluster-up cluster-down
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -18,3 +18,9 @@ cluster-up:
 
 cluster-down:
 	hack/controlplane.sh down
+
+## Print GKO's figures on the local control plane (reaction, overhead, 10,000 pipelines, memory).
+bench:
+	hack/controlplane.sh up
+	cargo build -q --release -p gluesync-operator -p gko-bench
+	target/release/gko-bench

@@ -67,6 +67,8 @@ pub struct Context {
     /// Maintenance requests sent, by (platform uid and update generation, pipeline, enter): not repeated
     /// within RESEND_AFTER by the same update.
     sent: Mutex<HashMap<(String, String, bool), Instant>>,
+    /// When this process saw each platform's current step begin, for the step-duration metric.
+    step_clock: Mutex<HashMap<String, (UpdateStep, Instant)>>,
 }
 
 impl Context {
@@ -353,7 +355,12 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
         if gsp.status.as_ref() != Some(&decision.status) {
             match ctx.writer.write_status(&gsp, &decision.status).await {
                 Ok(written) => {
-                    observe_steps(&ctx.metrics, gsp.status.as_ref(), &decision.status);
+                    observe_steps(
+                        &ctx,
+                        &gsp.uid().unwrap_or_default(),
+                        gsp.status.as_ref(),
+                        &decision.status,
+                    );
                     let s = &decision.status;
                     info!(
                         phase = s.phase.map(|p| p.as_str()).unwrap_or(""),
@@ -396,26 +403,45 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
     Ok(RequeueAction::requeue(Duration::from_millis(10)))
 }
 
-/// Step durations and update results, from one status to the next.
+/// Step durations and update results, from one status to the next. A step's start is taken from this
+/// process's clock when it saw the step begin (status timestamps have whole seconds only), else from the
+/// status.
 fn observe_steps(
-    metrics: &Metrics,
+    ctx: &Context,
+    uid: &str,
     before: Option<&crate::api::GluesyncPlatformStatus>,
     after: &crate::api::GluesyncPlatformStatus,
 ) {
+    let metrics = &ctx.metrics;
+    let next = after.update.as_ref();
+    let Ok(mut clock) = ctx.step_clock.lock() else {
+        return;
+    };
+    let started = clock.remove(uid);
+    if let Some(u) = next {
+        clock.insert(uid.to_string(), (u.step, Instant::now()));
+    }
     let Some(prev) = before.and_then(|s| s.update.as_ref()) else {
         return;
     };
-    let next = after.update.as_ref();
     if next.map(|u| u.step) == Some(prev.step) {
+        if let Some(s) = started {
+            clock.insert(uid.to_string(), s);
+        }
         return;
     }
-    let took = jiff::Timestamp::now().duration_since(prev.step_started_at.0);
+    let took = match started {
+        Some((step, at)) if step == prev.step => at.elapsed().as_secs_f64(),
+        _ => jiff::Timestamp::now()
+            .duration_since(prev.step_started_at.0)
+            .as_secs_f64(),
+    };
     metrics
         .step_seconds
         .get_or_create(&crate::metrics::StepLabel {
             step: format!("{:?}", prev.step),
         })
-        .observe(took.as_secs_f64().max(0.0));
+        .observe(took.max(0.0));
     if next.is_none()
         && let Some(attempt) = &after.last_attempt
     {
@@ -556,6 +582,7 @@ pub async fn run(
         pods: pods.clone(),
         corehubs: Mutex::default(),
         sent: Mutex::default(),
+        step_clock: Mutex::default(),
     });
 
     let gsps: Api<GluesyncPlatform> = Api::namespaced(client.clone(), ns);

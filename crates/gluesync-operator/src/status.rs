@@ -187,17 +187,18 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
                 (STALLED, !ready, reason, message),
             ];
         } else if !current {
+            // The update of this spec already ran, and something else changed the image since: GKO does
+            // not start maintenance by itself for that; a new spec.requestID asks it to.
             let message = format!(
-                "spec.version asks for Core Hub {} and {} runs",
+                "spec.version asks for Core Hub {} and {} runs; set a new spec.requestID to update",
                 gsp.spec.version,
                 running.as_deref().unwrap_or("an image without a version")
             );
-            status.phase = None;
             status.message = Some(message.clone());
             conditions = [
-                (READY, false, "UpdatePending", message.clone()),
-                (RECONCILING, true, "UpdatePending", message.clone()),
-                (STALLED, false, "UpdatePending", message),
+                (READY, false, "VersionDrift", message.clone()),
+                (RECONCILING, false, "VersionDrift", message.clone()),
+                (STALLED, true, "VersionDrift", message),
             ];
         } else if !not_ready.is_empty() {
             let message = format!("not ready: {}", not_ready.join(", "));
@@ -419,10 +420,11 @@ mod tests {
     }
 
     #[test]
-    fn a_pending_update_is_reconciling_without_a_phase() {
+    fn a_drifted_version_is_stalled_until_the_spec_changes() {
         let s = idle(&gsp("2.3.2.2"), &sample(), &t("2026-01-01T00:00:00Z"));
-        assert_eq!(s.phase, None);
-        assert_eq!(cond(&s, RECONCILING).status, "True");
+        assert_eq!(cond(&s, STALLED).status, "True");
+        assert_eq!(cond(&s, STALLED).reason, "VersionDrift");
+        assert_eq!(cond(&s, RECONCILING).status, "False");
         assert_eq!(s.version.as_deref(), Some("2.3.2.1"));
     }
 }

@@ -1065,3 +1065,423 @@ fn finish(gsp: &GluesyncPlatform, obs: &Observed, u: UpdateStatus, mut d: Decisi
     d.again = false;
     d
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::{
+        api::{GluesyncPlatformSpec, UpdateStep::*},
+        cluster::PodView,
+    };
+
+    fn t(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn at(secs: i64) -> Time {
+        Time(jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap())
+    }
+
+    fn platform(spec: serde_json::Value) -> GluesyncPlatform {
+        let mut g = GluesyncPlatform::new(
+            "gluesync",
+            serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap(),
+        );
+        g.metadata = ObjectMeta {
+            name: Some("gluesync".into()),
+            namespace: Some("ns".into()),
+            generation: Some(2),
+            uid: Some("uid".into()),
+            ..Default::default()
+        };
+        g
+    }
+
+    fn workload(name: &str, label: &str, image: &str) -> Workload {
+        Workload {
+            kind: if name.contains("grafana") {
+                WorkloadKind::Deployment
+            } else {
+                WorkloadKind::StatefulSet
+            },
+            name: name.into(),
+            component_type: ComponentType::from_label(label),
+            label_value: label.into(),
+            container: Some("c".into()),
+            image: image.into(),
+            ready: true,
+            progress_deadline_exceeded: false,
+            selector: Default::default(),
+            pods: vec![PodView {
+                name: format!("{name}-0"),
+                image: image.into(),
+                ready: true,
+                waiting: None,
+                restarts: 0,
+            }],
+        }
+    }
+
+    fn install() -> Vec<Workload> {
+        vec![
+            workload("core-hub", "core-hub", "molo17/gluesync-core-hub:2.3.2.1"),
+            workload("agent-mssql", "agent", "molo17/gluesync-mssql-cdc:2.3.2.1"),
+            workload("chronos", "module", "molo17/gluesync-chronos:0.3.2"),
+            workload("grafana", "third-party", "molo17/grafana:11.2.0"),
+        ]
+    }
+
+    fn catalog() -> Catalog {
+        [
+            ("gluesync-core-hub".to_string(), "2.3.2.2".to_string()),
+            ("gluesync-chronos".to_string(), "0.3.3".to_string()),
+            ("grafana".to_string(), "12.0.0".to_string()),
+        ]
+        .into()
+    }
+
+    fn pipelines(running: &[&str], paused: &[&str]) -> Option<Result<Vec<Pipeline>, String>> {
+        let p = |id: &&str, m: bool| Pipeline {
+            id: id.to_string(),
+            is_in_maintenance_mode: m,
+        };
+        Some(Ok(running
+            .iter()
+            .map(|id| p(id, false))
+            .chain(paused.iter().map(|id| p(id, true)))
+            .collect()))
+    }
+
+    /// Runs `decide` once with `obs`, and puts the new status on the platform.
+    fn step(g: &mut GluesyncPlatform, obs: &Observed) -> Decision {
+        let d = decide(g, obs);
+        g.status = Some(d.status.clone());
+        d
+    }
+
+    fn obs<'a>(now: Time, workloads: &'a [Workload], cat: Option<&'a Catalog>) -> Observed<'a> {
+        Observed {
+            now,
+            workloads,
+            pipelines: None,
+            catalog: cat,
+        }
+    }
+
+    fn update(g: &GluesyncPlatform) -> &UpdateStatus {
+        g.status.as_ref().unwrap().update.as_ref().unwrap()
+    }
+
+    fn planned<'a>(g: &'a GluesyncPlatform, name: &str) -> &'a PlannedComponent {
+        update(g)
+            .components
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap()
+    }
+
+    /// A platform at 2.3.2.1 asked for 2.3.2.2, taken through Preflight and Snapshot.
+    fn drained_start() -> (GluesyncPlatform, Vec<Workload>) {
+        let mut g =
+            platform(serde_json::json!({"version": "2.3.2.2", "stabilityWindowSeconds": 10}));
+        let w = install();
+        let cat = catalog();
+        let d = step(&mut g, &obs(at(0), &w, Some(&cat)));
+        assert_eq!(d.events[0].reason, "UpdateStarted");
+        assert_eq!(update(&g).step, Preflight);
+        step(&mut g, &obs(at(0), &w, Some(&cat)));
+        step(&mut g, &obs(at(0), &w, Some(&cat)));
+        assert_eq!(update(&g).step, Drain);
+        (g, w)
+    }
+
+    #[test]
+    fn a_new_version_starts_an_update_once_per_generation() {
+        let g = platform(serde_json::json!({"version": "2.3.2.2"}));
+        let w = install();
+        let d = decide(&g, &obs(at(0), &w, None));
+        assert_eq!(d.status.phase, Some(Phase::Updating));
+        assert!(d.again);
+        let u = d.status.update.unwrap();
+        assert_eq!((u.step, u.generation), (Preflight, 2));
+        assert_eq!(u.from.as_deref(), Some("2.3.2.1"));
+
+        // The same generation already ended: nothing starts again by itself.
+        let mut done = g.clone();
+        let status = GluesyncPlatformStatus {
+            last_attempt: Some(Attempt {
+                target: Some("2.3.2.2".into()),
+                request_id: None,
+                generation: Some(2),
+                result: UpdateResult::Failed,
+                message: "x".into(),
+                started_at: None,
+                finished_at: at(0),
+                results: vec![],
+                paused_pipelines: vec![],
+                resumed_pipelines: vec![],
+            }),
+            ..Default::default()
+        };
+        done.status = Some(status);
+        let d = decide(&done, &obs(at(1), &w, None));
+        assert!(d.status.update.is_none());
+        assert_eq!(d.status.phase, Some(Phase::Failed));
+
+        // Nothing to do: no update.
+        let current = platform(serde_json::json!({"version": "2.3.2.1"}));
+        assert!(
+            decide(&current, &obs(at(0), &w, None))
+                .status
+                .update
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn preflight_plans_every_component() {
+        let (g, _) = drained_start();
+        assert_eq!(
+            planned(&g, "core-hub").to_image.as_deref(),
+            Some("molo17/gluesync-core-hub:2.3.2.2")
+        );
+        assert_eq!(
+            planned(&g, "agent-mssql").to_image.as_deref(),
+            Some("molo17/gluesync-mssql-cdc:2.3.2.2"),
+            "agents follow Core Hub"
+        );
+        assert_eq!(
+            planned(&g, "chronos").to_image.as_deref(),
+            Some("molo17/gluesync-chronos:0.3.3"),
+            "an unpinned module takes the catalog's latest"
+        );
+        assert_eq!(
+            planned(&g, "grafana").to_image,
+            None,
+            "third-party only when pinned"
+        );
+        assert_eq!(planned(&g, "grafana").state, ComponentState::Skipped);
+        assert_eq!(
+            planned(&g, "core-hub").from_image,
+            "molo17/gluesync-core-hub:2.3.2.1"
+        );
+    }
+
+    #[test]
+    fn pins_and_the_registry_shape_the_targets() {
+        let mut g = platform(serde_json::json!({
+            "version": "2.3.2.2",
+            "imageRegistry": "registry.example.com/mirror",
+            "modules": {"grafana": "11.3.0", "chronos": "0.3.2"},
+        }));
+        let w = install();
+        let cat = catalog();
+        step(&mut g, &obs(at(0), &w, Some(&cat)));
+        step(&mut g, &obs(at(0), &w, Some(&cat)));
+        assert_eq!(
+            planned(&g, "core-hub").to_image.as_deref(),
+            Some("registry.example.com/mirror/gluesync-core-hub:2.3.2.2")
+        );
+        assert_eq!(
+            planned(&g, "grafana").to_image.as_deref(),
+            Some("registry.example.com/mirror/grafana:11.3.0")
+        );
+        assert_eq!(
+            planned(&g, "chronos").to_image.as_deref(),
+            Some("registry.example.com/mirror/gluesync-chronos:0.3.2"),
+            "a pin wins over the catalog; the registry moves it"
+        );
+    }
+
+    #[test]
+    fn a_version_the_catalog_does_not_know_is_refused() {
+        let mut g = platform(serde_json::json!({"version": "2.4.0.0"}));
+        let w = install();
+        let cat = catalog();
+        step(&mut g, &obs(at(0), &w, Some(&cat)));
+        step(&mut g, &obs(at(0), &w, Some(&cat)));
+        assert_eq!(update(&g).step, Finish);
+        let d = step(&mut g, &obs(at(0), &w, Some(&cat)));
+        let s = g.status.as_ref().unwrap();
+        assert!(s.update.is_none());
+        let a = s.last_attempt.as_ref().unwrap();
+        assert_eq!(a.result, UpdateResult::Refused);
+        assert!(
+            a.message.contains("not in the version catalog"),
+            "{}",
+            a.message
+        );
+        assert_eq!(d.events.last().unwrap().reason, "UpdateRefused");
+        assert_eq!(s.phase, None, "Refused leaves the phase as it was");
+    }
+
+    #[test]
+    fn drain_records_pipelines_before_asking_and_leaves_paused_ones_alone() {
+        let (mut g, w) = drained_start();
+        let mut o = obs(at(1), &w, None);
+        o.pipelines = pipelines(&["a", "b"], &["user-paused"]);
+        let d = step(&mut g, &o);
+        assert_eq!(g.status.as_ref().unwrap().paused_pipelines, ["a", "b"]);
+        assert_eq!(d.actions, [Action::Pause(vec!["a".into(), "b".into()])]);
+        assert_eq!(d.events[0].reason, "PipelinesPaused");
+
+        // Both reached maintenance mode: on to Core Hub.
+        o.pipelines = pipelines(&[], &["a", "b", "user-paused"]);
+        let d = step(&mut g, &o);
+        assert!(d.actions.is_empty());
+        assert_eq!(update(&g).step, CoreHub);
+    }
+
+    #[test]
+    fn a_drain_timeout_resumes_and_refuses() {
+        let (mut g, w) = drained_start();
+        let mut o = obs(at(1), &w, None);
+        o.pipelines = pipelines(&["a", "stuck"], &[]);
+        step(&mut g, &o);
+        let mut o = obs(at(301), &w, None);
+        o.pipelines = pipelines(&["stuck"], &["a"]);
+        let d = step(&mut g, &o);
+        assert_eq!(d.events[0].reason, "DrainTimeout");
+        assert!(d.events[0].message.contains("stuck"));
+        assert_eq!(update(&g).step, Resume);
+        assert_eq!(update(&g).outcome, Some(UpdateResult::Refused));
+        let d = step(&mut g, &o);
+        assert_eq!(d.actions, [Action::Resume(vec!["a".into()])]);
+        assert_eq!(update(&g).resumed_pipelines, ["stuck"]);
+    }
+
+    #[test]
+    fn core_hub_must_stay_ready_for_the_window() {
+        let (mut g, w) = drained_start();
+        let mut o = obs(at(1), &w, None);
+        o.pipelines = pipelines(&[], &[]);
+        step(&mut g, &o);
+        assert_eq!(update(&g).step, CoreHub);
+        let d = step(&mut g, &obs(at(2), &w, None));
+        assert!(d.actions.contains(&Action::SetImage {
+            kind: WorkloadKind::StatefulSet,
+            name: "core-hub".into(),
+            container: "c".into(),
+            image: "molo17/gluesync-core-hub:2.3.2.2".into(),
+        }));
+        assert_eq!(d.events[0].reason, "CoreHubPatched");
+        // Rolled out and ready: the window starts.
+        let mut rolled = w.clone();
+        for x in &mut rolled {
+            if let Some(c) = update(&g).components.iter().find(|c| c.name == x.name)
+                && let Some(to) = &c.to_image
+            {
+                x.image = to.clone();
+                x.pods[0].image = to.clone();
+            }
+        }
+        step(&mut g, &obs(at(3), &rolled, None));
+        assert_eq!(update(&g).step, CoreHub, "the window has not passed");
+        assert_eq!(planned(&g, "core-hub").stable_since, Some(at(3)));
+        let d = step(&mut g, &obs(at(13), &rolled, None));
+        assert_eq!(d.events[0].reason, "CoreHubUpdated");
+        assert_eq!(update(&g).step, Resume);
+    }
+
+    #[test]
+    fn a_crash_loop_fails_core_hub_at_once_and_rolls_it_back() {
+        let (mut g, w) = drained_start();
+        let mut o = obs(at(1), &w, None);
+        o.pipelines = pipelines(&[], &[]);
+        step(&mut g, &o);
+        step(&mut g, &obs(at(2), &w, None));
+        let mut crashing = w.clone();
+        crashing[0].image = "molo17/gluesync-core-hub:2.3.2.2".into();
+        crashing[0].ready = false;
+        crashing[0].pods[0] = PodView {
+            name: "core-hub-0".into(),
+            image: "molo17/gluesync-core-hub:2.3.2.2".into(),
+            ready: false,
+            waiting: Some(("CrashLoopBackOff".into(), "back-off".into())),
+            restarts: 1,
+        };
+        let d = step(&mut g, &obs(at(3), &crashing, None));
+        assert_eq!(d.events[0].reason, "CoreHubFailed");
+        assert_eq!(update(&g).step, CoreHubRollback);
+        assert_eq!(update(&g).outcome, Some(UpdateResult::Failed));
+        // The rollback sets the old image back and deletes the stuck pod of the failed revision.
+        let d = step(&mut g, &obs(at(4), &crashing, None));
+        assert!(d.actions.contains(&Action::SetImage {
+            kind: WorkloadKind::StatefulSet,
+            name: "core-hub".into(),
+            container: "c".into(),
+            image: "molo17/gluesync-core-hub:2.3.2.1".into(),
+        }));
+        assert!(d.actions.contains(&Action::DeletePod("core-hub-0".into())));
+        // Back and ready: resume, then finish Failed without touching the modules.
+        step(&mut g, &obs(at(5), &w, None));
+        assert_eq!(update(&g).step, Resume);
+        let mut o = obs(at(6), &w, None);
+        o.pipelines = pipelines(&[], &[]);
+        step(&mut g, &o);
+        assert_eq!(update(&g).step, Finish);
+        let d = step(&mut g, &obs(at(7), &w, None));
+        let s = g.status.as_ref().unwrap();
+        assert_eq!(s.phase, Some(Phase::Failed));
+        let a = s.last_attempt.as_ref().unwrap();
+        assert_eq!(a.result, UpdateResult::Failed);
+        let r = |n: &str| a.results.iter().find(|r| r.name == n).unwrap().status;
+        assert_eq!(r("core-hub"), ComponentResultStatus::RolledBack);
+        assert_eq!(r("chronos"), ComponentResultStatus::Skipped);
+        assert_eq!(d.events.last().unwrap().reason, "UpdateFailed");
+        assert!(d.actions.is_empty());
+    }
+
+    #[test]
+    fn history_keeps_the_newest_ten() {
+        let mut g = platform(serde_json::json!({
+            "version": "2.3.2.1",
+            "modules": {"chronos": "0.3.3"},
+            "stabilityWindowSeconds": 0,
+        }));
+        let entry = |i: usize| HistoryEntry {
+            from: None,
+            to: Some(format!("old-{i}")),
+            result: UpdateResult::Succeeded,
+            message: String::new(),
+            request_id: None,
+            started_at: None,
+            finished_at: t("2026-01-01T00:00:00Z"),
+            previous_images: Default::default(),
+        };
+        g.status = Some(GluesyncPlatformStatus {
+            history: (0..10).map(entry).collect(),
+            ..Default::default()
+        });
+        let w = install();
+        for _ in 0..8 {
+            step(&mut g, &obs(at(0), &w, None));
+            if g.status.as_ref().unwrap().update.is_none() {
+                break;
+            }
+        }
+        let mut done = w.clone();
+        done[2].image = "molo17/gluesync-chronos:0.3.3".into();
+        done[2].pods[0].image = done[2].image.clone();
+        for _ in 0..8 {
+            if g.status.as_ref().unwrap().update.is_none() {
+                break;
+            }
+            step(&mut g, &obs(at(100), &done, None));
+        }
+        let s = g.status.as_ref().unwrap();
+        assert!(s.update.is_none());
+        assert_eq!(s.history.len(), HISTORY_LIMIT);
+        assert_eq!(s.history[0].to, None, "modules only");
+        assert_eq!(s.history[1].to.as_deref(), Some("old-0"));
+        assert_eq!(
+            s.history[0]
+                .previous_images
+                .get("chronos")
+                .map(String::as_str),
+            Some("molo17/gluesync-chronos:0.3.2")
+        );
+    }
+}

@@ -136,6 +136,11 @@ impl Sim {
         token
     }
 
+    /// Forgets every token given so far, as a Core Hub restart does.
+    pub fn revoke_tokens(&self) {
+        self.lock().tokens.clear();
+    }
+
     /// Adds `count` running pipelines named `{prefix}{n}`.
     pub fn add_pipelines(&self, prefix: &str, count: usize) {
         let mut inner = self.lock();
