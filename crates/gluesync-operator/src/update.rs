@@ -130,13 +130,24 @@ pub fn decide(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         UpdateStep::Modules => modules(gsp, obs, &mut u, &mut d),
         UpdateStep::Finish => return finish(gsp, obs, u, d),
     }
-    mark_updating(gsp, &obs.now, &mut d, u);
+    mark_updating(gsp, obs, &mut d, u);
     d
 }
 
-/// Phase Updating, the conditions of an update in flight, and the update itself.
-fn mark_updating(gsp: &GluesyncPlatform, now: &Time, d: &mut Decision, u: UpdateStatus) {
+/// Phase Updating, the conditions of an update in flight, the update itself, and the components as they
+/// run now (`status.version` moves once Core Hub is ready on a new version).
+fn mark_updating(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision, u: UpdateStatus) {
+    let now = &obs.now;
     let generation = gsp.metadata.generation.unwrap_or(0);
+    d.status.components = status::components(gsp, obs.workloads);
+    if let Some(core_hub) = d
+        .status
+        .components
+        .iter()
+        .find(|c| c.component_type == ComponentType::CoreHub && c.ready)
+    {
+        d.status.version = core_hub.version.clone();
+    }
     let message = d.status.message.clone().unwrap_or_default();
     let reason = format!("Update{:?}", u.step);
     d.status.conditions = [
@@ -253,7 +264,7 @@ fn start_or_idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         d.status.message.clone().unwrap_or_default(),
     );
     d.again = true;
-    mark_updating(gsp, &obs.now, &mut d, update);
+    mark_updating(gsp, obs, &mut d, update);
     d
 }
 

@@ -112,3 +112,66 @@ async fn wrong_credentials_and_a_core_hub_that_is_down_say_so() -> anyhow::Resul
     assert!(client.pipelines().await.is_ok(), "Core Hub is back");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_core_hub_that_hangs_times_out() -> anyhow::Result<()> {
+    let sim = Simulator::start(Options::default()).await?;
+    sim.update_faults(|f| f.hang = true);
+    let retry = Retry {
+        timeout: Duration::from_millis(300),
+        attempts: 2,
+        first_backoff: Duration::from_millis(10),
+    };
+    let client = CoreHub::new(&sim.url, admin(), &Tls::default(), retry)?;
+    let started = std::time::Instant::now();
+    let err = client
+        .pipelines()
+        .await
+        .expect_err("a hanging Core Hub answered");
+    assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the call did not time out"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics_are_served() -> anyhow::Result<()> {
+    use std::sync::{Arc, atomic::Ordering};
+    let metrics = Arc::new(gluesync_operator::metrics::Metrics::default());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    drop(listener);
+    let server = tokio::spawn(gluesync_operator::metrics::serve(
+        addr,
+        metrics.clone(),
+        std::future::pending(),
+    ));
+    let get = |path: &'static str| async move {
+        for _ in 0..50 {
+            if let Ok(r) = reqwest::get(format!("http://{addr}{path}")).await {
+                return Ok((r.status().as_u16(), r.text().await?));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        anyhow::bail!("no answer on {path}")
+    };
+    assert_eq!(get("/healthz").await?.0, 200);
+    assert_eq!(
+        get("/readyz").await?.0,
+        503,
+        "not ready before the caches are filled"
+    );
+    metrics.ready.store(true, Ordering::Relaxed);
+    assert_eq!(get("/readyz").await?.0, 200);
+    metrics.status_writes.inc();
+    let (code, text) = get("/metrics").await?;
+    assert_eq!(code, 200);
+    assert!(
+        text.contains("gluesync_operator_status_writes_total 1"),
+        "{text}"
+    );
+    server.abort();
+    Ok(())
+}
