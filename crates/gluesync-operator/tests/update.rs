@@ -34,6 +34,9 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
         "no update ran yet"
     );
 
+    // Record every image change of the StatefulSets, in the order the API server makes them.
+    let changes = image_changes(&ns);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
     wait_for_platform(&ns, "phase Updating", |g| {
         g.status
@@ -128,6 +131,22 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
             .get("gluesync-gluesync-core-hub")
             .map(String::as_str),
         Some("molo17/gluesync-core-hub:2.3.2.1")
+    );
+
+    // Core Hub first, then the modules.
+    let seen = changes.lock().map(|c| c.clone()).unwrap_or_default();
+    assert_eq!(
+        seen,
+        [
+            (
+                "gluesync-gluesync-core-hub".to_string(),
+                "molo17/gluesync-core-hub:2.3.2.2".to_string()
+            ),
+            (
+                "gluesync-gluesync-chronos".to_string(),
+                "molo17/gluesync-chronos:0.3.3".to_string()
+            ),
+        ]
     );
 
     let reasons = event_reasons(&ns).await?;
@@ -500,4 +519,78 @@ async fn a_new_request_id_retries_and_history_keeps_ten() -> anyhow::Result<()> 
             .all(|h| h.result == UpdateResult::Succeeded)
     );
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gko_at_once_still_make_one_update() -> anyhow::Result<()> {
+    let ns = namespace("two-gko").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    // Until leader election comes, two processes may act at once; the status's resourceVersion
+    // precondition keeps them from carrying out the same decision twice.
+    let first = Operator::start(&ns);
+    let second = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = platforms(&ns)
+        .get("gluesync")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.history.len(), 1, "one history entry");
+    let attempt = g.status.unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.resumed_pipelines.len(), 20);
+    assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
+    assert_eq!(
+        event_reasons(&ns)
+            .await?
+            .iter()
+            .filter(|r| *r == "UpdateSucceeded")
+            .count(),
+        1
+    );
+    drop((first, second));
+    Ok(())
+}
+
+/// The image changes of the namespace's StatefulSets, in order, as a watch sees them.
+fn image_changes(
+    ns: &gko_test_support::TestNamespace,
+) -> std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>> {
+    use futures::StreamExt;
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use kube::runtime::watcher;
+    let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = out.clone();
+    let api: kube::Api<StatefulSet> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+    tokio::spawn(async move {
+        let mut last: std::collections::HashMap<String, String> = Default::default();
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            let (watcher::Event::Apply(s) | watcher::Event::InitApply(s)) = event else {
+                continue;
+            };
+            let name = s.metadata.name.clone().unwrap_or_default();
+            let image = s
+                .spec
+                .and_then(|spec| spec.template.spec)
+                .and_then(|p| p.containers.first().and_then(|c| c.image.clone()))
+                .unwrap_or_default();
+            if let Some(before) = last.insert(name.clone(), image.clone())
+                && before != image
+                && let Ok(mut v) = sink.lock()
+            {
+                v.push((name, image));
+            }
+        }
+    });
+    out
 }
