@@ -110,7 +110,13 @@ start_proc() { # name args...
   echo $! > "$cluster_dir/pids/$name"
 }
 
-alive() { [ -f "$cluster_dir/pids/$1" ] && kill -0 "$(cat "$cluster_dir/pids/$1")" 2>/dev/null; }
+# A recorded process that still runs, and is still ours (a pid may have been reused since).
+alive() {
+  local pid
+  [ -f "$cluster_dir/pids/$1" ] || return 1
+  pid=$(cat "$cluster_dir/pids/$1")
+  kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "/$1 "
+}
 
 running() {
   local p
@@ -213,13 +219,13 @@ stop_all() {
   local p pid
   [ -d "$cluster_dir/pids" ] || return 0
   for p in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-    if [ -f "$cluster_dir/pids/$p" ]; then
+    if alive "$p"; then
       pid=$(cat "$cluster_dir/pids/$p")
       kill "$pid" 2>/dev/null || true
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true
-      rm -f "$cluster_dir/pids/$p"
     fi
+    rm -f "$cluster_dir/pids/$p"
   done
 }
 

@@ -296,8 +296,7 @@ fn preflight(gsp: &GluesyncPlatform, obs: &Observed, u: &mut UpdateStatus, d: &m
         if w.component_type == Some(ComponentType::Operator) {
             continue;
         }
-        if let Err(e) = crate::version::image_version(&w.image) {
-            let _ = e;
+        if crate::version::image_version(&w.image).is_err() {
             return refuse(
                 u,
                 d,
