@@ -178,36 +178,24 @@ impl Context {
         Ok(client)
     }
 
-    /// Latest versions on the platform's channel, per image name, for the images of its workloads.
-    async fn catalog(
+    /// Latest versions on the platform's channel, per image name, for the images of its workloads; why
+    /// not, when the catalog cannot say. Never called for an offline install.
+    async fn check_catalog(
         &self,
         gsp: &GluesyncPlatform,
         workloads: &[Workload],
-    ) -> Option<update::Catalog> {
-        if gsp.spec.catalog.offline {
-            return None;
-        }
+    ) -> Result<update::Catalog, String> {
         let base = gsp
             .spec
             .catalog
             .url
             .as_deref()
             .unwrap_or(catalog::DEFAULT_URL);
-        let client = match CatalogClient::new(base) {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(error = %e, "building the catalog client");
-                return None;
-            }
-        };
+        let client =
+            CatalogClient::new(base).map_err(|e| format!("building the catalog client: {e}"))?;
         let names: BTreeSet<String> = workloads
             .iter()
-            .filter(|w| {
-                matches!(
-                    w.component_type,
-                    Some(ComponentType::CoreHub | ComponentType::Module)
-                )
-            })
+            .filter(|w| w.component_type.is_some())
             .map(|w| ImageRef::parse(&w.image).name().to_string())
             .collect();
         let mut out = update::Catalog::new();
@@ -221,11 +209,23 @@ impl Context {
                 Err(catalog::Error::UnknownImage(_)) => {}
                 Err(e) => {
                     warn!(error = %e, image = %name, "version catalog");
-                    return None;
+                    return Err(e.to_string());
                 }
             }
         }
-        Some(out)
+        Ok(out)
+    }
+
+    /// The catalog for an update's preflight: `None` offline, or when the catalog cannot say.
+    async fn catalog(
+        &self,
+        gsp: &GluesyncPlatform,
+        workloads: &[Workload],
+    ) -> Option<update::Catalog> {
+        if gsp.spec.catalog.offline {
+            return None;
+        }
+        self.check_catalog(gsp, workloads).await.ok()
     }
 
     /// Sends maintenance requests for the pipelines not asked recently.
@@ -314,6 +314,7 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
         // An update acts on what it reads: read the latest, not the cache.
         gsp = api.get(&gsp.name_any()).await.map_err(Error::Read)?;
     }
+    let mut next_check = None;
     for _ in 0..STEPS_PER_RECONCILE {
         let workloads = ctx.workloads();
         let step = gsp
@@ -342,6 +343,17 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
         } else {
             None
         };
+        // The periodic catalog check, between updates.
+        let mut check = None;
+        if step.is_none() {
+            match catalog::due(&gsp, &now()) {
+                Some(wait) if wait.is_zero() => {
+                    check = Some(ctx.check_catalog(&gsp, &workloads).await);
+                }
+                Some(wait) => next_check = Some(wait),
+                None => next_check = None,
+            }
+        }
         let decision = update::decide(
             &gsp,
             &Observed {
@@ -349,6 +361,7 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
                 workloads: &workloads,
                 pipelines,
                 catalog: catalog.as_ref(),
+                check,
             },
         );
 
@@ -394,7 +407,11 @@ async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requ
             record(&ctx, &gsp, event.warning, event.reason, event.message).await;
         }
         if !decision.again {
-            return Ok(match decision.requeue {
+            let after = match (decision.requeue, next_check) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            return Ok(match after {
                 Some(after) => RequeueAction::requeue(after),
                 None => RequeueAction::await_change(),
             });

@@ -136,6 +136,29 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
         observed_generation: Some(generation),
         ..previous.clone()
     };
+    if gsp.spec.catalog.offline {
+        // An offline install has no catalog: nothing is available, nothing was checked.
+        status.available = None;
+        status.catalog = None;
+        for c in &mut status.components {
+            c.available = None;
+        }
+    }
+    // Current, or UpdateAvailable when the catalog knows a newer Core Hub.
+    let newer_known = match (
+        status.available.as_deref().map(str::parse::<Version>),
+        core_hub
+            .and_then(|c| c.version.as_deref())
+            .map(str::parse::<Version>),
+    ) {
+        (Some(Ok(available)), Some(Ok(running))) => available > running,
+        _ => false,
+    };
+    let settled = if newer_known {
+        Phase::UpdateAvailable
+    } else {
+        Phase::Current
+    };
     let generation_attempt = previous
         .last_attempt
         .as_ref()
@@ -202,7 +225,7 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
             ];
         } else if !not_ready.is_empty() {
             let message = format!("not ready: {}", not_ready.join(", "));
-            status.phase = Some(Phase::Current);
+            status.phase = Some(settled);
             status.message = Some(message.clone());
             conditions = [
                 (READY, false, "WorkloadNotReady", message.clone()),
@@ -215,7 +238,7 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
                 running.as_deref().unwrap_or_default(),
                 components.len()
             );
-            status.phase = Some(Phase::Current);
+            status.phase = Some(settled);
             status.message = Some(message.clone());
             conditions = [
                 (READY, true, "Available", message.clone()),

@@ -46,6 +46,8 @@ pub struct Observed<'a> {
     pub pipelines: Option<Result<Vec<Pipeline>, String>>,
     /// Latest version per image name on the channel; `None` when offline or the catalog did not answer.
     pub catalog: Option<&'a Catalog>,
+    /// A catalog check made on this pass (when one was due): its result, or why it failed.
+    pub check: Option<Result<Catalog, String>>,
 }
 
 /// Something to do once the new status is written.
@@ -114,6 +116,26 @@ fn secs(from: &Time, to: &Time) -> i64 {
 
 /// The next move for this GluesyncPlatform.
 pub fn decide(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
+    let Some(check) = &obs.check else {
+        return decide_now(gsp, obs);
+    };
+    // Take the catalog's answer in first, so that the phase reads it.
+    let mut checked = gsp.clone();
+    let mut status = checked.status.clone().unwrap_or_default();
+    let failed_before = status.catalog.as_ref().and_then(|c| c.error.clone());
+    status.components = status::components(gsp, obs.workloads);
+    crate::catalog::apply(gsp, &mut status, check, &obs.now);
+    checked.status = Some(status);
+    let mut d = decide_now(&checked, obs);
+    if let Err(why) = check
+        && failed_before.is_none()
+    {
+        d.event(true, "CatalogCheckFailed", why.clone());
+    }
+    d
+}
+
+fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     let status = gsp.status.clone().unwrap_or_default();
     let Some(update) = status.update.clone() else {
         return start_or_idle(gsp, obs);
@@ -1177,6 +1199,7 @@ mod tests {
             workloads,
             pipelines: None,
             catalog: cat,
+            check: None,
         }
     }
 

@@ -26,7 +26,7 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
     let g = wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
     assert!(
@@ -192,7 +192,7 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
     wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
 
@@ -260,7 +260,7 @@ async fn an_unpullable_core_hub_fails_without_waiting_for_the_timeout() -> anyho
     wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
     patch_spec(&ns, json!({"version": "2.3.2.2-unpullable"})).await?;
@@ -291,7 +291,7 @@ async fn a_crashing_module_is_rolled_back_and_the_others_updated() -> anyhow::Re
     wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
     patch_spec(
@@ -377,7 +377,7 @@ async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()>
     wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
@@ -388,8 +388,8 @@ async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()>
     assert!(attempt.message.contains("p00003"), "{}", attempt.message);
     assert_eq!(
         status.phase,
-        Some(Phase::Current),
-        "a Refused update leaves the phase as it was"
+        Some(Phase::UpdateAvailable),
+        "a Refused update leaves the phase as it was (2.3.2.2 is known and not running)"
     );
     assert_eq!(
         image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
@@ -424,7 +424,7 @@ async fn core_hub_answering_500_for_a_while_does_not_stop_the_update() -> anyhow
     wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
     // During Drain.
@@ -469,7 +469,7 @@ async fn a_new_request_id_retries_and_history_keeps_ten() -> anyhow::Result<()> 
     wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
     patch_spec(&ns, json!({"version": "2.3.2.2-crash"})).await?;
@@ -533,7 +533,7 @@ async fn two_gko_at_once_still_make_one_update() -> anyhow::Result<()> {
     wait_for_platform(&ns, "phase Current", |g| {
         g.status
             .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
     })
     .await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;

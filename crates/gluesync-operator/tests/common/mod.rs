@@ -186,7 +186,11 @@ fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
     match (a, b) {
         (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
             for (k, v) in b {
-                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                if v.is_null() {
+                    a.remove(&k);
+                } else {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
             }
         }
         (a, b) => *a = b,
