@@ -64,6 +64,8 @@ impl Gko {
                 &ns.name,
                 "--metrics-addr",
                 &format!("127.0.0.1:{port}"),
+                "--conductor-addr",
+                "off",
             ])
             .env("KUBECONFIG", &ns.cp.kubeconfig)
             .env("RUST_LOG", "warn")

@@ -343,6 +343,31 @@ impl Writer {
         }
     }
 
+    /// Writes an update request from the Core Hub UI into the spec: `version`, `modules` and a fresh
+    /// `requestID`, under GKO's field manager. The controller then runs it like any other spec change.
+    pub async fn write_update_request(
+        &self,
+        gsp: &GluesyncPlatform,
+        version: &str,
+        modules: &BTreeMap<String, String>,
+        request_id: &str,
+    ) -> Result<GluesyncPlatform, kube::Error> {
+        let ns = gsp.namespace().unwrap_or_default();
+        let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
+        let patch = json!({
+            "apiVersion": GluesyncPlatform::api_version(&()),
+            "kind": GluesyncPlatform::kind(&()),
+            "metadata": { "resourceVersion": gsp.resource_version() },
+            "spec": { "version": version, "modules": modules, "requestID": request_id },
+        });
+        api.patch(
+            &gsp.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    }
+
     /// Records an event on the GluesyncPlatform.
     pub async fn event(
         &self,

@@ -72,8 +72,12 @@ pub struct Context {
 }
 
 impl Context {
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The labelled workloads of the namespace with their pods, from the watch caches.
-    fn workloads(&self) -> Vec<Workload> {
+    pub(crate) fn workloads(&self) -> Vec<Workload> {
         let pods = self.pods.state();
         let sts = self
             .statefulsets
@@ -108,7 +112,7 @@ impl Context {
     }
 
     /// The Core Hub client for this platform, built again when its settings or credentials change.
-    async fn corehub(
+    pub(crate) async fn corehub(
         &self,
         gsp: &GluesyncPlatform,
         workloads: &[Workload],
@@ -180,7 +184,7 @@ impl Context {
 
     /// Latest versions on the platform's channel, per image name, for the images of its workloads; why
     /// not, when the catalog cannot say. Never called for an offline install.
-    async fn check_catalog(
+    pub(crate) async fn check_catalog(
         &self,
         gsp: &GluesyncPlatform,
         workloads: &[Workload],
@@ -292,6 +296,8 @@ pub struct Settings {
     pub namespace: String,
     /// This process's name in events (the pod name in a cluster).
     pub instance: Option<String>,
+    /// Address of the Conductor API, if it is served.
+    pub conductor_addr: Option<std::net::SocketAddr>,
 }
 
 fn now() -> Time {
@@ -602,6 +608,19 @@ pub async fn run(
         step_clock: Mutex::default(),
     });
 
+    let (stop_api, mut api_stopped) = tokio::sync::watch::channel(false);
+    if let Some(addr) = settings.conductor_addr {
+        let api_ctx = ctx.clone();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = api_stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::conductor::serve(addr, api_ctx, stopped).await {
+                warn!(error = %e, %addr, "the Conductor API stopped");
+            }
+        });
+    }
+
     let gsps: Api<GluesyncPlatform> = Api::namespaced(client.clone(), ns);
     let controller = Controller::new(gsps, watcher::Config::default().any_semantic());
     let platforms = controller.store();
@@ -651,5 +670,6 @@ pub async fn run(
             }
         })
         .await;
+    let _ = stop_api.send(true);
     info!("controller stopped");
 }

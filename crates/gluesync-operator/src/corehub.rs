@@ -261,6 +261,43 @@ impl CoreHub {
         )))
     }
 
+    /// Who the caller of these credentials is, asked with the caller's own `Authorization` header and
+    /// cookie: `None` when Core Hub refuses them. One attempt: a caller waits on it.
+    pub async fn me(
+        &self,
+        authorization: Option<&str>,
+        cookie: Option<&str>,
+    ) -> Result<Option<Me>, Error> {
+        let url = format!("{}/authentication/me", self.base);
+        let mut req = self.http.get(&url).timeout(Duration::from_secs(5));
+        if let Some(a) = authorization {
+            req = req.header("authorization", a);
+        }
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        let resp = req.send().await.map_err(|e| Error::Unreachable {
+            url: self.base.clone(),
+            reason: error_chain(&e),
+        })?;
+        match resp.status().as_u16() {
+            200 => resp
+                .json::<Me>()
+                .await
+                .map(Some)
+                .map_err(|e| Error::BadAnswer {
+                    what: "GET /authentication/me".into(),
+                    reason: e.to_string(),
+                }),
+            401 | 403 => Ok(None),
+            status => Err(Error::Status {
+                what: "GET /authentication/me".into(),
+                status,
+                body: truncate(&resp.text().await.unwrap_or_default()),
+            }),
+        }
+    }
+
     pub async fn pipelines(&self) -> Result<Vec<Pipeline>, Error> {
         let resp = self
             .call("GET /pipelines", reqwest::Method::GET, "/pipelines")

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod catalog;
 pub mod cluster;
+pub mod conductor;
 pub mod controller;
 pub mod corehub;
 pub mod metrics;

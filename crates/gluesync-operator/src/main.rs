@@ -35,6 +35,9 @@ struct RunArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "GKO_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
+    /// Address of the Conductor API the Core Hub UI calls ("off" to serve none).
+    #[arg(long, env = "GKO_CONDUCTOR_ADDR", default_value = "0.0.0.0:1717")]
+    conductor_addr: String,
     /// This process's name in events (default: POD_NAME).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
@@ -93,9 +96,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics.clone(),
         stopped(),
     ));
+    let conductor_addr = match args.conductor_addr.as_str() {
+        "off" => None,
+        addr => Some(addr.parse().context("--conductor-addr")?),
+    };
     let settings = controller::Settings {
         namespace,
         instance: args.instance,
+        conductor_addr,
     };
     controller::run(client, settings, metrics, stopped()).await;
     server

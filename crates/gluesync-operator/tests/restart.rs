@@ -22,6 +22,8 @@ fn spawn_gko(ns: &TestNamespace) -> anyhow::Result<Child> {
             &ns.name,
             "--metrics-addr",
             "127.0.0.1:0",
+            "--conductor-addr",
+            "off",
         ])
         .env("KUBECONFIG", &ns.cp.kubeconfig)
         .env("RUST_LOG", "warn")

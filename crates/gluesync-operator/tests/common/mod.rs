@@ -76,7 +76,26 @@ impl Operator {
         Ok(Self::start_with(ns, client))
     }
 
+    /// Runs GKO with the Conductor API on a free loopback port; the API's base URL comes with it.
+    pub fn start_serving(ns: &TestNamespace) -> anyhow::Result<(Operator, String)> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        drop(listener);
+        Ok((
+            Self::start_on(ns, ns.client.clone(), Some(addr)),
+            format!("http://{addr}"),
+        ))
+    }
+
     pub fn start_with(ns: &TestNamespace, client: Client) -> Operator {
+        Self::start_on(ns, client, None)
+    }
+
+    fn start_on(
+        ns: &TestNamespace,
+        client: Client,
+        conductor_addr: Option<std::net::SocketAddr>,
+    ) -> Operator {
         // GKO's log goes with the test's output, shown when the test fails.
         let _ = tracing_subscriber::fmt()
             .with_env_filter("info,kube=warn")
@@ -87,6 +106,7 @@ impl Operator {
         let settings = controller::Settings {
             namespace: ns.name.clone(),
             instance: Some("test".into()),
+            conductor_addr,
         };
         let task = tokio::spawn(controller::run(
             client,

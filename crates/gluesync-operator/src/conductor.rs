@@ -1,0 +1,773 @@
+//! The Conductor-compatible HTTP API: what the Core Hub UI calls, on Kubernetes as on Docker.
+//!
+//! Served at the bare paths and under `/conductor/api/`, in the Docker Conductor's `{success, data | error,
+//! details}` envelope. Callers are authenticated by Core Hub (`GET /authentication/me` with their own
+//! `Authorization` header or `gs-auth` cookie), cached 30 s, and every failure is closed. An update request
+//! becomes a change of the GluesyncPlatform's spec (`version`, `modules`, a fresh `requestID`), which the
+//! controller runs like any other; the answer comes when the update has ended, from `status.lastAttempt`.
+//! Actions that would add, start, stop or remove workloads are refused: Helm owns the workloads.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    Json, Router,
+    extract::{DefaultBodyLimit, Path, Request, State},
+    http::{HeaderMap, StatusCode},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::{
+    api::{ComponentResultStatus, ComponentType, GluesyncPlatform, ReleaseChannel, UpdatePolicy},
+    controller::Context,
+    version::ImageRef,
+};
+
+/// Largest request body the API reads.
+pub const BODY_LIMIT: usize = 64 * 1024;
+/// How long a caller's identity is trusted before Core Hub is asked again.
+const AUTH_TTL: Duration = Duration::from_secs(30);
+/// How long an update request waits for the update to end.
+const UPDATE_WAIT: Duration = Duration::from_secs(3600);
+
+/// A caller as Core Hub knows it.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub username: String,
+    pub role: String,
+}
+
+/// What a route needs of the caller's role, as the Conductor gates them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    Control,
+    Manage,
+}
+
+impl Gate {
+    pub fn allows(self, role: &str) -> bool {
+        match self {
+            Gate::Control => matches!(
+                role,
+                "SUPER_ADMIN" | "MANAGER" | "MONITOR" | "EXTERNAL_MODULE"
+            ),
+            Gate::Manage => matches!(role, "SUPER_ADMIN" | "MANAGER" | "EXTERNAL_MODULE"),
+        }
+    }
+
+    fn verb(self) -> &'static str {
+        match self {
+            Gate::Control => "control",
+            Gate::Manage => "manage",
+        }
+    }
+}
+
+const ROLES: [&str; 5] = [
+    "SUPER_ADMIN",
+    "MANAGER",
+    "MONITOR",
+    "VIEWER",
+    "EXTERNAL_MODULE",
+];
+
+/// An answer in the Conductor's error envelope.
+pub fn failure(status: StatusCode, error: &str, details: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({"success": false, "error": error, "details": details.into()})),
+    )
+        .into_response()
+}
+
+fn success(data: Value) -> Response {
+    Json(json!({"success": true, "data": data})).into_response()
+}
+
+/// A parsed `POST /containers` body.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainersRequest {
+    pub action: String,
+    #[serde(default)]
+    pub ids: Vec<String>,
+    #[serde(default)]
+    pub release_channel: Option<String>,
+}
+
+/// What a `POST /containers` body asks for.
+#[derive(Debug, PartialEq)]
+pub enum ContainersAction {
+    /// Update: every component (empty ids) or those named, to the latest on the channel.
+    Update {
+        ids: Vec<String>,
+        channel: ReleaseChannel,
+    },
+    /// A Conductor action GKO does not take on Kubernetes.
+    Refused(String),
+}
+
+/// Parses and checks a `POST /containers` body; the error is the answer to give.
+pub fn parse_containers_request(
+    body: &[u8],
+) -> Result<ContainersAction, (StatusCode, String, String)> {
+    let bad = |error: &str, details: String| (StatusCode::BAD_REQUEST, error.to_string(), details);
+    let req: ContainersRequest =
+        serde_json::from_slice(body).map_err(|e| bad("Invalid request body", e.to_string()))?;
+    if req.ids.len() > 256 || req.ids.iter().any(|id| id.is_empty() || id.len() > 253) {
+        return Err(bad(
+            "Invalid ids",
+            "ids are at most 256 workload names".into(),
+        ));
+    }
+    let channel = match req
+        .release_channel
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("ga") => ReleaseChannel::Ga,
+        Some("beta") => ReleaseChannel::Beta,
+        Some("alpha") => ReleaseChannel::Alpha,
+        Some(_) => {
+            return Err(bad(
+                "Invalid releaseChannel",
+                "Allowed values: alpha, beta, ga".into(),
+            ));
+        }
+    };
+    match req.action.as_str() {
+        "update" => Ok(ContainersAction::Update {
+            ids: req.ids,
+            channel,
+        }),
+        "kill" | "pull" | "remove" | "removeNetwork" | "restart" | "start" | "stop"
+        | "undeploy" => Ok(ContainersAction::Refused(req.action)),
+        other => Err(bad(
+            "Invalid action",
+            format!("unknown action {other:?}; GKO takes \"update\""),
+        )),
+    }
+}
+
+#[derive(Clone)]
+struct Api {
+    ctx: Arc<Context>,
+    auth_cache: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
+    /// One update request at a time.
+    updating: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Api {
+    async fn platform(&self) -> Result<GluesyncPlatform, Response> {
+        let api: kube::Api<GluesyncPlatform> =
+            kube::Api::namespaced(self.ctx.writer.client().clone(), self.ctx.namespace());
+        let list = api.list(&Default::default()).await.map_err(|e| {
+            failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Kubernetes API unavailable",
+                e.to_string(),
+            )
+        })?;
+        list.items.into_iter().next().ok_or_else(|| {
+            failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "No GluesyncPlatform",
+                format!("namespace {} has no GluesyncPlatform", self.ctx.namespace()),
+            )
+        })
+    }
+
+    /// Asks Core Hub who the caller is, or answers from the cache.
+    async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Response> {
+        let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
+        let cookie = headers.get("cookie").and_then(|v| v.to_str().ok());
+        let session = cookie.and_then(|c| {
+            c.split(';')
+                .filter_map(|kv| kv.trim().split_once('='))
+                .find(|(k, _)| *k == "gs-auth")
+                .map(|(_, v)| v.to_string())
+        });
+        let Some(key) = authorization.map(str::to_string).or(session) else {
+            return Err(failure(
+                StatusCode::UNAUTHORIZED,
+                "Not authenticated",
+                "no Authorization header or gs-auth cookie",
+            ));
+        };
+        if let Ok(cache) = self.auth_cache.lock()
+            && let Some((caller, at)) = cache.get(&key)
+            && at.elapsed() < AUTH_TTL
+        {
+            return Ok(caller.clone());
+        }
+        let gsp = self.platform().await?;
+        let workloads = self.ctx.workloads();
+        let verification_failed = |why: String| {
+            failure(
+                StatusCode::UNAUTHORIZED,
+                "Authentication verification failed",
+                why,
+            )
+        };
+        let corehub = self
+            .ctx
+            .corehub(&gsp, &workloads)
+            .await
+            .map_err(verification_failed)?;
+        let me = match corehub.me(authorization, cookie).await {
+            Ok(Some(me)) => me,
+            Ok(None) => {
+                return Err(failure(
+                    StatusCode::UNAUTHORIZED,
+                    "Not authenticated",
+                    "Core Hub refused the session",
+                ));
+            }
+            Err(e) => return Err(verification_failed(e.to_string())),
+        };
+        if !ROLES.contains(&me.role.as_str()) {
+            return Err(verification_failed(format!(
+                "Core Hub answered an unknown role {:?}",
+                me.role
+            )));
+        }
+        let caller = Caller {
+            username: me.username,
+            role: me.role,
+        };
+        if let Ok(mut cache) = self.auth_cache.lock() {
+            cache.retain(|_, (_, at)| at.elapsed() < AUTH_TTL);
+            cache.insert(key, (caller.clone(), Instant::now()));
+        }
+        Ok(caller)
+    }
+
+    async fn require(&self, headers: &HeaderMap, gate: Gate) -> Result<Caller, Response> {
+        let caller = self.authenticate(headers).await?;
+        if !gate.allows(&caller.role) {
+            return Err(failure(
+                StatusCode::FORBIDDEN,
+                &format!("Role {} cannot {}", caller.role, gate.verb()),
+                "Core Hub's role of the caller does not allow this",
+            ));
+        }
+        Ok(caller)
+    }
+}
+
+async fn authenticated(State(api): State<Api>, req: Request, next: Next) -> Response {
+    match api.authenticate(req.headers()).await {
+        Ok(_) => next.run(req).await,
+        Err(resp) => resp,
+    }
+}
+
+async fn health() -> Response {
+    success(json!("Health check OK!"))
+}
+
+async fn openapi() -> Response {
+    Json(openapi_document()).into_response()
+}
+
+fn container_json(w: &crate::cluster::Workload) -> Value {
+    let image = ImageRef::parse(&w.image);
+    let kind = w.component_type.map_or("unknown", |t| match t {
+        ComponentType::Operator => "module",
+        t => t.as_label(),
+    });
+    json!({
+        "id": w.name,
+        "type": kind,
+        "persisted": true,
+        "service": {"image": w.image, "labels": {"com.molo17.conductor.type": w.label_value}},
+        "info": {
+            "name": w.name,
+            "image": w.image,
+            "state": if w.ready { "running" } else { "restarting" },
+            "status": if w.ready { "ready" } else { "not ready" },
+            "versionTag": w.version(),
+            "parsedImage": {
+                "repository": image.repository,
+                "tag": image.tag,
+                "imageName": image.name(),
+                "fullName": w.image,
+                "original": w.image,
+            },
+            "kind": w.kind_name(),
+        },
+    })
+}
+
+async fn list_containers(State(api): State<Api>, req: Request) -> Response {
+    let wanted = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("type=")))
+        .map(str::to_string);
+    let containers: Vec<Value> = api
+        .ctx
+        .workloads()
+        .iter()
+        .map(container_json)
+        .filter(|c| match wanted.as_deref() {
+            None | Some("all") => true,
+            Some(t) => c["type"] == t,
+        })
+        .collect();
+    success(json!({
+        "systemInfo": {"ncpu": std::thread::available_parallelism().map_or(1, |n| n.get())},
+        "containers": containers,
+    }))
+}
+
+async fn post_containers(State(api): State<Api>, req: Request) -> Response {
+    let headers = req.headers().clone();
+    let body = match axum::body::to_bytes(req.into_body(), BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => {
+            return failure(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Request body too large",
+                format!("the body of POST /containers is at most {BODY_LIMIT} bytes"),
+            );
+        }
+    };
+    let action = match parse_containers_request(&body) {
+        Ok(a) => a,
+        Err((status, error, details)) => return failure(status, &error, details),
+    };
+    let (ids, channel) = match action {
+        ContainersAction::Refused(action) => {
+            return failure(
+                StatusCode::CONFLICT,
+                &format!("Action {action} is not available on Kubernetes"),
+                "Helm owns the workloads; GKO changes only their image, through action update",
+            );
+        }
+        ContainersAction::Update { ids, channel } => (ids, channel),
+    };
+    if let Err(resp) = api.require(&headers, Gate::Control).await {
+        return resp;
+    }
+    let Ok(_one) = api.updating.try_lock() else {
+        return failure(
+            StatusCode::CONFLICT,
+            "An update is already running",
+            "wait for it to end, then ask again",
+        );
+    };
+    let gsp = match api.platform().await {
+        Ok(g) => g,
+        Err(resp) => return resp,
+    };
+    if gsp.spec.update_policy == UpdatePolicy::Gitops {
+        return failure(
+            StatusCode::CONFLICT,
+            "Updates of this install are managed in Git",
+            "the GluesyncPlatform's updatePolicy is gitops: commit the new version to Git; nothing was changed",
+        );
+    }
+    if gsp.status.as_ref().is_some_and(|s| s.update.is_some()) {
+        return failure(
+            StatusCode::CONFLICT,
+            "An update is already running",
+            "wait for it to end, then ask again",
+        );
+    }
+    let workloads = api.ctx.workloads();
+    for id in &ids {
+        if !workloads.iter().any(|w| &w.name == id) {
+            return failure(
+                StatusCode::NOT_FOUND,
+                "Unknown container",
+                format!("no managed workload is named {id}"),
+            );
+        }
+    }
+    // Versions to ask for: the latest on the channel, from the catalog.
+    let mut on_channel = gsp.clone();
+    on_channel.spec.release_channel = channel;
+    let latest = if gsp.spec.catalog.offline {
+        return failure(
+            StatusCode::CONFLICT,
+            "No version catalog",
+            "this install is offline: set spec.version and spec.modules in the GluesyncPlatform",
+        );
+    } else {
+        match api.ctx.check_catalog(&on_channel, &workloads).await {
+            Ok(l) => l,
+            Err(e) => {
+                return failure(
+                    StatusCode::BAD_GATEWAY,
+                    "Unable to retrieve agent version",
+                    e,
+                );
+            }
+        }
+    };
+    let latest_of =
+        |w: &crate::cluster::Workload| latest.get(ImageRef::parse(&w.image).name()).cloned();
+    let core_hub = workloads
+        .iter()
+        .find(|w| w.component_type == Some(ComponentType::CoreHub));
+    let everything = ids.is_empty();
+    let mut version = gsp.spec.version.clone();
+    let mut modules = gsp.spec.modules.clone();
+    for w in &workloads {
+        if !everything && !ids.contains(&w.name) {
+            continue;
+        }
+        match w.component_type {
+            Some(ComponentType::CoreHub | ComponentType::Agent) => {
+                if let Some(v) = core_hub.and_then(latest_of) {
+                    version = v;
+                }
+            }
+            Some(ComponentType::Module) if everything => {
+                // Unpinned modules follow the catalog with Core Hub; pinned ones move to the latest.
+                if modules.contains_key(&w.name)
+                    && let Some(v) = latest_of(w)
+                {
+                    modules.insert(w.name.clone(), v);
+                }
+            }
+            Some(ComponentType::Module | ComponentType::ThirdParty) => {
+                if let Some(v) = latest_of(w) {
+                    modules.insert(w.name.clone(), v);
+                }
+            }
+            _ => {}
+        }
+    }
+    let request_id = format!("ui-{}", jiff::Timestamp::now().as_millisecond());
+    if let Err(e) = api
+        .ctx
+        .writer
+        .write_update_request(&gsp, &version, &modules, &request_id)
+        .await
+    {
+        return failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Failed to do containers action",
+            e.to_string(),
+        );
+    }
+    tracing::info!(gsp = %gsp.metadata.name.clone().unwrap_or_default(), %version, %request_id, "update requested from the UI");
+    match wait_for_attempt(&api, &request_id).await {
+        Ok(answer) => answer,
+        Err(resp) => resp,
+    }
+}
+
+/// Waits until the update of `request_id` has ended, and answers per component from `status.lastAttempt`.
+async fn wait_for_attempt(api: &Api, request_id: &str) -> Result<Response, Response> {
+    let deadline = Instant::now() + UPDATE_WAIT;
+    loop {
+        let gsp = api.platform().await?;
+        let status = gsp.status.unwrap_or_default();
+        if let Some(attempt) = status
+            .last_attempt
+            .filter(|a| a.request_id.as_deref() == Some(request_id))
+            && status.update.is_none()
+        {
+            let containers: Vec<Value> = attempt
+                .results
+                .iter()
+                .map(|r| {
+                    let ok = matches!(r.status, ComponentResultStatus::Ok | ComponentResultStatus::Skipped | ComponentResultStatus::Scheduled);
+                    let message = match (&r.message, &r.from, &r.to) {
+                        (Some(m), _, _) => m.clone(),
+                        (None, Some(f), Some(t)) => format!("{} updated from {f} to {t}", r.name),
+                        _ => format!("{} {:?}", r.name, r.status),
+                    };
+                    json!({"id": r.name, "status": if ok { "OK" } else { "ERROR" }, "message": message})
+                })
+                .collect();
+            return Ok(success(json!({
+                "result": attempt.result,
+                "message": attempt.message,
+                "containers": containers,
+            })));
+        }
+        if Instant::now() > deadline {
+            return Err(failure(
+                StatusCode::GATEWAY_TIMEOUT,
+                "The update is still running",
+                "follow it with kubectl get gsp -w",
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn refuse_services() -> Response {
+    failure(
+        StatusCode::CONFLICT,
+        "Services are not managed here on Kubernetes",
+        "Helm owns the workloads: add or change modules in the Helm values; GKO changes only their image",
+    )
+}
+
+async fn service_version(
+    State(api): State<Api>,
+    Path(params): Path<Vec<(String, String)>>,
+) -> Response {
+    let id = params
+        .iter()
+        .find(|(k, _)| k == "id")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let channel = params
+        .iter()
+        .find(|(k, _)| k == "channel")
+        .map(|(_, v)| v.clone());
+    let channel = match channel.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("ga") => ReleaseChannel::Ga,
+        Some("beta") => ReleaseChannel::Beta,
+        Some("alpha") => ReleaseChannel::Alpha,
+        Some(_) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                "Invalid releaseChannel",
+                "Allowed values: alpha, beta, ga",
+            );
+        }
+    };
+    let gsp = match api.platform().await {
+        Ok(g) => g,
+        Err(resp) => return resp,
+    };
+    let workloads = api.ctx.workloads();
+    let Some(w) = workloads.iter().find(|w| w.name == id) else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            &format!("Service {id} not found"),
+            "no managed workload has that name",
+        );
+    };
+    if gsp.spec.catalog.offline {
+        return failure(
+            StatusCode::BAD_GATEWAY,
+            "Unable to retrieve agent version",
+            "this install is offline",
+        );
+    }
+    let base = gsp
+        .spec
+        .catalog
+        .url
+        .as_deref()
+        .unwrap_or(crate::catalog::DEFAULT_URL);
+    let entry = match crate::catalog::CatalogClient::new(base) {
+        Ok(c) => c.entry(ImageRef::parse(&w.image).name()).await,
+        Err(e) => {
+            return failure(
+                StatusCode::BAD_GATEWAY,
+                "Unable to retrieve agent version",
+                e.to_string(),
+            );
+        }
+    };
+    let entry = match entry {
+        Ok(e) => e,
+        Err(e) => {
+            return failure(
+                StatusCode::BAD_GATEWAY,
+                "Unable to retrieve agent version",
+                e.to_string(),
+            );
+        }
+    };
+    let current = w.version();
+    let mut to_update = vec![];
+    if w.component_type == Some(ComponentType::CoreHub)
+        && let Ok(latest) = api.ctx.check_catalog(&gsp, &workloads).await
+    {
+        for m in workloads
+            .iter()
+            .filter(|m| m.component_type == Some(ComponentType::Module))
+        {
+            if let (Some(l), Some(c)) = (latest.get(ImageRef::parse(&m.image).name()), m.version())
+                && l.parse::<crate::version::Version>().ok()
+                    > c.parse::<crate::version::Version>().ok()
+            {
+                to_update.push(m.name.clone());
+            }
+        }
+    }
+    success(json!({
+        "currentVersion": current,
+        "latestVersionGA": entry.latest_version_ga,
+        "latestVersionBeta": entry.latest_version_beta,
+        "latestVersionAlpha": entry.latest_version_alpha,
+        "releaseChannel": channel.as_str(),
+        "mandatoryUpdate": !to_update.is_empty(),
+        "servicesToUpdate": to_update,
+    }))
+}
+
+async fn not_found() -> Response {
+    failure(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "see /openapi.json for the routes GKO serves",
+    )
+}
+
+/// The API's routes, at the bare paths.
+fn routes(api: Api) -> Router {
+    let open = Router::new()
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi));
+    let guarded = Router::new()
+        .route("/containers", get(list_containers))
+        .route("/services", post(refuse_services).put(refuse_services))
+        .route("/services/{id}/version", get(service_version))
+        .route("/services/{id}/version/{channel}", get(service_version))
+        .route_layer(middleware::from_fn_with_state(api.clone(), authenticated));
+    // POST /containers checks its body first (a malformed one needs no Core Hub call), then the role.
+    let update = Router::new().route("/containers", post(post_containers));
+    open.merge(guarded).merge(update).with_state(api)
+}
+
+/// The whole API: bare paths, the same under `/conductor/api/`, a body limit, and 404s in the envelope.
+pub fn router(ctx: Arc<Context>) -> Router {
+    let api = Api {
+        ctx,
+        auth_cache: Arc::default(),
+        updating: Arc::default(),
+    };
+    let r = routes(api);
+    Router::new()
+        .nest("/conductor/api", r.clone())
+        .merge(r)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+}
+
+/// Serves the API until `shutdown` resolves.
+pub async fn serve(
+    addr: SocketAddr,
+    ctx: Arc<Context>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving the Conductor API");
+    axum::serve(listener, router(ctx))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The OpenAPI description of the routes above.
+pub fn openapi_document() -> Value {
+    let envelope_error = json!({"$ref": "#/components/schemas/Error"});
+    let ok = |desc: &str| json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Success"}}}});
+    let err = |desc: &str| json!({"description": desc, "content": {"application/json": {"schema": envelope_error.clone()}}});
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": "gluesync-operator Conductor API", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "The Conductor's API as GKO serves it on Kubernetes, at the bare paths and under /conductor/api/."},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}, "session": {"type": "apiKey", "in": "cookie", "name": "gs-auth"}},
+            "schemas": {
+                "Success": {"type": "object", "required": ["success"], "properties": {"success": {"type": "boolean"}, "data": {}}},
+                "Error": {"type": "object", "required": ["success", "error"], "properties": {"success": {"type": "boolean"}, "error": {"type": "string"}, "details": {"type": "string"}}},
+                "ContainersRequest": {"type": "object", "required": ["action"], "additionalProperties": false, "properties": {
+                    "action": {"type": "string", "enum": ["update", "kill", "pull", "remove", "removeNetwork", "restart", "start", "stop", "undeploy"]},
+                    "ids": {"type": "array", "maxItems": 256, "items": {"type": "string", "minLength": 1, "maxLength": 253}},
+                    "releaseChannel": {"type": "string", "enum": ["ga", "beta", "alpha"]}}}
+            }
+        },
+        "security": [{"bearer": []}, {"session": []}],
+        "paths": {
+            "/health": {"get": {"security": [], "responses": {"200": ok("GKO answers")}}},
+            "/openapi.json": {"get": {"security": [], "responses": {"200": {"description": "this document"}}}},
+            "/containers": {
+                "get": {"parameters": [{"name": "type", "in": "query", "schema": {"type": "string", "enum": ["agent", "module", "core-hub", "third-party", "unknown", "all"]}}],
+                        "responses": {"200": ok("the managed workloads as containers"), "401": err("not authenticated")}},
+                "post": {"requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ContainersRequest"}}}},
+                         "responses": {"200": ok("the update ended; OK or ERROR per component"), "400": err("a malformed request"),
+                                       "401": err("not authenticated"), "403": err("the role cannot control"), "404": err("an unknown id"),
+                                       "409": err("refused: an action Helm owns, an update already running, or updates managed in Git"),
+                                       "413": err("the body is too large"), "502": err("the version catalog did not answer")}}
+            },
+            "/services": {"post": {"responses": {"409": err("Helm owns the workloads")}}, "put": {"responses": {"409": err("Helm owns the workloads")}}},
+            "/services/{id}/version/{channel}": {"get": {"parameters": [
+                {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+                {"name": "channel", "in": "path", "required": true, "schema": {"type": "string", "enum": ["ga", "beta", "alpha"]}}],
+                "responses": {"200": ok("currentVersion, latestVersionGA/Beta/Alpha, mandatoryUpdate, servicesToUpdate"), "404": err("an unknown id"), "502": err("the version catalog did not answer")}}}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_requests_parse() {
+        assert_eq!(
+            parse_containers_request(br#"{"action":"update","ids":[],"releaseChannel":"GA"}"#)
+                .unwrap(),
+            ContainersAction::Update {
+                ids: vec![],
+                channel: ReleaseChannel::Ga
+            }
+        );
+        assert_eq!(
+            parse_containers_request(br#"{"action":"update","ids":["a"],"releaseChannel":"beta"}"#)
+                .unwrap(),
+            ContainersAction::Update {
+                ids: vec!["a".into()],
+                channel: ReleaseChannel::Beta
+            }
+        );
+        assert_eq!(
+            parse_containers_request(br#"{"action":"stop","ids":["a"]}"#).unwrap(),
+            ContainersAction::Refused("stop".into())
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_400_with_a_reason() {
+        for (body, error) in [
+            (&b"{not json"[..], "Invalid request body"),
+            (br#"{"action":"explode"}"#, "Invalid action"),
+            (
+                br#"{"action":"update","releaseChannel":"stable"}"#,
+                "Invalid releaseChannel",
+            ),
+            (br#"{"action":"update","ids":[""]}"#, "Invalid ids"),
+            (br#"{"action":"update","extra":1}"#, "Invalid request body"),
+            (br#"{"ids":[]}"#, "Invalid request body"),
+            (br#"[]"#, "Invalid request body"),
+        ] {
+            let (status, e, _) = parse_containers_request(body).unwrap_err();
+            assert_eq!(
+                (status, e.as_str()),
+                (StatusCode::BAD_REQUEST, error),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn role_gates_follow_the_conductor() {
+        assert!(Gate::Control.allows("MONITOR"));
+        assert!(!Gate::Control.allows("VIEWER"));
+        assert!(!Gate::Manage.allows("MONITOR"));
+        assert!(Gate::Manage.allows("EXTERNAL_MODULE"));
+        assert!(!Gate::Control.allows("manager"));
+    }
+}

@@ -1,0 +1,344 @@
+//! Cluster tests of the Conductor-compatible API the Core Hub UI calls.
+
+mod common;
+
+use common::*;
+use gluesync_operator::api::{Phase, UpdateResult};
+use serde_json::{Value, json};
+
+struct Ui {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Ui {
+    fn new(base: String) -> Ui {
+        Ui {
+            http: reqwest::Client::new(),
+            base,
+        }
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.json().await.unwrap_or(Value::Null)))
+    }
+
+    async fn get(&self, path: &str, cookie: Option<&str>) -> anyhow::Result<(u16, Value)> {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(c) = cookie {
+            req = req.header("cookie", format!("theme=dark; gs-auth={c}"));
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.json().await.unwrap_or(Value::Null)))
+    }
+}
+
+fn update_all() -> String {
+    json!({"action": "update", "ids": [], "releaseChannel": "ga"}).to_string()
+}
+
+async fn generation(ns: &gko_test_support::TestNamespace) -> anyhow::Result<i64> {
+    Ok(platforms(ns)
+        .get("gluesync")
+        .await?
+        .metadata
+        .generation
+        .unwrap_or(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_updates_the_platform_from_the_ui() -> anyhow::Result<()> {
+    let ns = namespace("ui-update").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    let ui = Ui::new(base);
+    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
+
+    let (code, body) = ui.get("/conductor/api/health", None).await?;
+    assert_eq!(
+        (code, body),
+        (200, json!({"success": true, "data": "Health check OK!"}))
+    );
+
+    // The UI lists the containers with its session cookie.
+    let viewer = sim.token_for("viewer");
+    let (code, body) = ui.get("/conductor/api/containers", Some(&viewer)).await?;
+    assert_eq!(code, 200, "{body}");
+    let containers = body["data"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let core = containers
+        .iter()
+        .find(|c| c["id"] == "gluesync-gluesync-core-hub")
+        .unwrap();
+    assert_eq!(core["type"], "core-hub");
+    assert_eq!(core["info"]["parsedImage"]["tag"], "2.3.2.1");
+    assert_eq!(core["info"]["state"], "running");
+    let (_, modules) = ui.get("/containers?type=module", Some(&viewer)).await?;
+    assert_eq!(
+        modules["data"]["containers"].as_array().map(Vec::len),
+        Some(3)
+    );
+
+    // Update all: the call answers once the update has ended, per component.
+    let manager = sim.token_for("manager");
+    let (code, body) = ui
+        .post("/conductor/api/containers", Some(&manager), update_all())
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["success"], true);
+    assert_eq!(body["data"]["result"], "Succeeded");
+    let results = body["data"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let status_of = |id: &str| {
+        results
+            .iter()
+            .find(|c| c["id"] == id)
+            .map(|c| c["status"].clone())
+    };
+    assert_eq!(status_of("gluesync-gluesync-core-hub"), Some(json!("OK")));
+    assert_eq!(status_of("gluesync-gluesync-chronos"), Some(json!("OK")));
+
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(
+        g.spec.version, "2.3.2.2",
+        "GKO wrote the version asked for into the spec"
+    );
+    assert!(
+        g.spec
+            .request_id
+            .as_deref()
+            .is_some_and(|r| r.starts_with("ui-"))
+    );
+    let fields = ns.kubectl(&[
+        "get",
+        "gsp",
+        "gluesync",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ])?;
+    assert!(fields.contains("gluesync-operator"), "{fields}");
+    let status = g.status.unwrap_or_default();
+    assert_eq!(status.phase, Some(Phase::Current));
+    assert_eq!(
+        status.last_attempt.map(|a| a.result),
+        Some(UpdateResult::Succeeded)
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.2"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_without_the_right_are_refused_and_nothing_changes() -> anyhow::Result<()> {
+    let ns = namespace("ui-auth").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    let ui = Ui::new(base);
+    wait_for_platform(&ns, "a status", |g| {
+        g.status.as_ref().is_some_and(|s| s.phase.is_some())
+    })
+    .await?;
+    let before = generation(&ns).await?;
+
+    let viewer = sim.token_for("viewer");
+    let (code, body) = ui
+        .post("/conductor/api/containers", Some(&viewer), update_all())
+        .await?;
+    assert_eq!(
+        (code, body["success"].clone()),
+        (403, json!(false)),
+        "{body}"
+    );
+    assert_eq!(body["error"], "Role VIEWER cannot control");
+
+    let (code, body) = ui
+        .post("/conductor/api/containers", None, update_all())
+        .await?;
+    assert_eq!(
+        (code, body["error"].clone()),
+        (401, json!("Not authenticated")),
+        "{body}"
+    );
+
+    let (code, body) = ui
+        .post(
+            "/conductor/api/containers",
+            Some("forged-token"),
+            update_all(),
+        )
+        .await?;
+    assert_eq!(
+        (code, body["error"].clone()),
+        (401, json!("Not authenticated")),
+        "{body}"
+    );
+
+    // Core Hub down: no one can be verified, so no one passes.
+    let manager = sim.token_for("manager");
+    sim.update_faults(|f| f.down = true);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let (code, body) = ui
+        .post("/conductor/api/containers", Some(&manager), update_all())
+        .await?;
+    assert_eq!(
+        (code, body["error"].clone()),
+        (401, json!("Authentication verification failed")),
+        "{body}"
+    );
+    let (code, _) = ui.get("/conductor/api/containers", Some(&manager)).await?;
+    assert_eq!(code, 401);
+
+    assert_eq!(
+        generation(&ns).await?,
+        before,
+        "a refused call changed the spec"
+    );
+    let g = platforms(&ns).get("gluesync").await?;
+    assert!(g.status.unwrap_or_default().last_attempt.is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gitops_the_ui_changes_nothing_and_git_updates() -> anyhow::Result<()> {
+    let ns = namespace("ui-gitops").await?;
+    let sim = simulator().await?;
+    install_with_simulator(
+        &ns,
+        &sim,
+        json!({"updatePolicy": "gitops", "stabilityWindowSeconds": 0}),
+    )?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    let ui = Ui::new(base);
+    wait_for_platform(&ns, "a status", |g| {
+        g.status.as_ref().is_some_and(|s| s.phase.is_some())
+    })
+    .await?;
+    let before = generation(&ns).await?;
+    let manager = sim.token_for("manager");
+    let (code, body) = ui
+        .post("/conductor/api/containers", Some(&manager), update_all())
+        .await?;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["error"], "Updates of this install are managed in Git");
+    assert_eq!(generation(&ns).await?, before);
+
+    // A commit (here: a change of spec.version) updates.
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_for_platform(&ns, "the update", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.update.is_none() && s.last_attempt.is_some())
+    })
+    .await?;
+    assert_eq!(
+        g.status.unwrap_or_default().last_attempt.map(|a| a.result),
+        Some(UpdateResult::Succeeded)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_a_4xx_in_the_envelope_never_a_500() -> anyhow::Result<()> {
+    let ns = namespace("ui-bad").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    let ui = Ui::new(base);
+    wait_for_platform(&ns, "a status", |g| {
+        g.status.as_ref().is_some_and(|s| s.phase.is_some())
+    })
+    .await?;
+    let before = generation(&ns).await?;
+    let manager = sim.token_for("manager");
+    let oversized = format!(r#"{{"action":"update","ids":["{}"]}}"#, "x".repeat(200_000));
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        (
+            "/containers",
+            "{not json".into(),
+            400,
+            "Invalid request body",
+        ),
+        (
+            "/containers",
+            r#"{"action":"explode","ids":[]}"#.into(),
+            400,
+            "Invalid action",
+        ),
+        (
+            "/containers",
+            r#"{"action":"update","releaseChannel":"stable"}"#.into(),
+            400,
+            "Invalid releaseChannel",
+        ),
+        (
+            "/containers",
+            r#"{"action":"stop","ids":["gluesync-gluesync-chronos"]}"#.into(),
+            409,
+            "Action stop is not available on Kubernetes",
+        ),
+        (
+            "/containers",
+            r#"{"action":"update","ids":["no-such-workload"]}"#.into(),
+            404,
+            "Unknown container",
+        ),
+        ("/containers", oversized, 413, "Request body too large"),
+        (
+            "/services",
+            r#"{"services":[]}"#.into(),
+            409,
+            "Services are not managed here on Kubernetes",
+        ),
+        ("/no-such-route", "{}".into(), 404, "Not found"),
+    ];
+    for (path, body, want, error) in cases {
+        for prefix in ["", "/conductor/api"] {
+            let (code, answer) = ui
+                .post(&format!("{prefix}{path}"), Some(&manager), body.clone())
+                .await?;
+            assert_eq!(code, want, "{prefix}{path}: {answer}");
+            assert_eq!(answer["success"], false, "{prefix}{path}: {answer}");
+            assert_eq!(answer["error"], error, "{prefix}{path}: {answer}");
+        }
+    }
+    assert_eq!(
+        generation(&ns).await?,
+        before,
+        "a bad request changed the spec"
+    );
+
+    let (code, doc) = ui.get("/openapi.json", None).await?;
+    assert_eq!(code, 200);
+    assert!(doc["paths"]["/containers"]["post"].is_object());
+    Ok(())
+}
