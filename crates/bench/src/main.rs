@@ -50,6 +50,10 @@ impl Drop for Gko {
 
 impl Gko {
     fn start(ns: &TestNamespace, port: u16) -> anyhow::Result<Gko> {
+        Self::start_with(ns, port, "off")
+    }
+
+    fn start_with(ns: &TestNamespace, port: u16, conductor: &str) -> anyhow::Result<Gko> {
         let binary = ns.cp.repo_root.join("target/release/gluesync-operator");
         if !binary.exists() {
             bail!(
@@ -65,7 +69,7 @@ impl Gko {
                 "--metrics-addr",
                 &format!("127.0.0.1:{port}"),
                 "--conductor-addr",
-                "off",
+                conductor,
             ])
             .env("KUBECONFIG", &ns.cp.kubeconfig)
             .env("RUST_LOG", "warn")
@@ -382,6 +386,58 @@ async fn ten_thousand() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `GET /containers` of the Conductor API with a cached token: requests per second.
+async fn conductor_load(seconds: u64, concurrency: usize) -> anyhow::Result<()> {
+    let sim = Simulator::start(Options::default()).await?;
+    let ns = setup("bench-conductor", &sim, 0).await?;
+    let gko = Gko::start_with(&ns, 18184, "127.0.0.1:18185")?;
+    let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(&api, "phase Current", |g| {
+        g.status.as_ref().is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+    let token = sim.token_for("viewer");
+    let http = reqwest::Client::new();
+    let url = "http://127.0.0.1:18185/conductor/api/containers";
+    // The first call fills the token cache.
+    let first = http.get(url).bearer_auth(&token).send().await?;
+    if !first.status().is_success() {
+        bail!("GET /containers answered {}", first.status());
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = vec![];
+    for _ in 0..concurrency {
+        let (http, token, done, failed) = (http.clone(), token.clone(), done.clone(), failed.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                match http.get(url).bearer_auth(&token).send().await {
+                    Ok(r) if r.status().is_success() => {
+                        let _ = r.bytes().await;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let n = done.load(Ordering::Relaxed);
+    println!(
+        "Conductor API GET /containers with a cached token ({concurrency} connections, {seconds} s): {:.0} requests/s, {} failed, {} Core Hub identity checks",
+        n as f64 / seconds as f64,
+        failed.load(Ordering::Relaxed),
+        sim.calls().me
+    );
+    drop(gko);
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let which: Vec<String> = std::env::args().skip(1).collect();
@@ -396,6 +452,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("pipelines") {
         ten_thousand().await?;
+    }
+    if wants("conductor") {
+        conductor_load(5, 16).await?;
     }
     Ok(())
 }
