@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench crd cluster-up cluster-down
+.PHONY: demo test bench fuzz crd cluster-up cluster-down
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -8,6 +8,10 @@ demo:
 ## Run the whole test suite (unit and cluster tests).
 test:
 	hack/test.sh
+
+## Fuzz the Conductor API's request parsing (SECONDS=60).
+fuzz:
+	hack/fuzz.sh $${SECONDS:-60}
 
 ## Write the CRD generated from the Rust types to deploy/crd.yaml.
 crd:
