@@ -393,7 +393,9 @@ async fn conductor_load(seconds: u64, concurrency: usize) -> anyhow::Result<()> 
     let gko = Gko::start_with(&ns, 18184, "127.0.0.1:18185")?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
     wait_for(&api, "phase Current", |g| {
-        g.status.as_ref().is_some_and(|s| s.phase == Some(Phase::Current))
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
     })
     .await?;
     let token = sim.token_for("viewer");
@@ -409,7 +411,8 @@ async fn conductor_load(seconds: u64, concurrency: usize) -> anyhow::Result<()> 
     let until = Instant::now() + Duration::from_secs(seconds);
     let mut tasks = vec![];
     for _ in 0..concurrency {
-        let (http, token, done, failed) = (http.clone(), token.clone(), done.clone(), failed.clone());
+        let (http, token, done, failed) =
+            (http.clone(), token.clone(), done.clone(), failed.clone());
         tasks.push(tokio::spawn(async move {
             while Instant::now() < until {
                 match http.get(url).bearer_auth(&token).send().await {
