@@ -656,16 +656,47 @@ pub fn router(ctx: Arc<Context>) -> Router {
 }
 
 /// Serves the API until `shutdown` resolves.
+/// Where the Conductor API's certificate and key are (PEM files, as a mounted Secret of type
+/// kubernetes.io/tls gives them: `tls.crt` and `tls.key`).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+}
+
+/// Serves the API, over HTTPS when `tls` is given, until `shutdown` resolves.
 pub async fn serve(
     addr: SocketAddr,
+    tls: Option<TlsFiles>,
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving the Conductor API");
-    axum::serve(listener, router(ctx))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let app = router(ctx).into_make_service();
+    match tls {
+        None => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(%addr, "serving the Conductor API over HTTP");
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(files) => {
+            let config =
+                axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key)
+                    .await?;
+            let handle = axum_server::Handle::new();
+            let stopper = handle.clone();
+            tokio::spawn(async move {
+                shutdown.await;
+                stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+            });
+            tracing::info!(%addr, cert = %files.cert.display(), "serving the Conductor API over HTTPS");
+            axum_server::bind_rustls(addr, config)
+                .handle(handle)
+                .serve(app)
+                .await
+        }
+    }
 }
 
 /// The OpenAPI description of the routes above.

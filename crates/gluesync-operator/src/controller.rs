@@ -298,6 +298,8 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Address of the Conductor API, if it is served.
     pub conductor_addr: Option<std::net::SocketAddr>,
+    /// The Conductor API's certificate and key, for HTTPS.
+    pub conductor_tls: Option<crate::conductor::TlsFiles>,
 }
 
 fn now() -> Time {
@@ -610,12 +612,13 @@ pub async fn run(
 
     let (stop_api, mut api_stopped) = tokio::sync::watch::channel(false);
     if let Some(addr) = settings.conductor_addr {
+        let tls = settings.conductor_tls.clone();
         let api_ctx = ctx.clone();
         tokio::spawn(async move {
             let stopped = async move {
                 let _ = api_stopped.wait_for(|s| *s).await;
             };
-            if let Err(e) = crate::conductor::serve(addr, api_ctx, stopped).await {
+            if let Err(e) = crate::conductor::serve(addr, tls, api_ctx, stopped).await {
                 warn!(error = %e, %addr, "the Conductor API stopped");
             }
         });

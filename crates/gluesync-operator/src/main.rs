@@ -38,6 +38,13 @@ struct RunArgs {
     /// Address of the Conductor API the Core Hub UI calls ("off" to serve none).
     #[arg(long, env = "GKO_CONDUCTOR_ADDR", default_value = "0.0.0.0:1717")]
     conductor_addr: String,
+    /// PEM certificate of the Conductor API (with --conductor-tls-key: serve HTTPS), for example the
+    /// tls.crt of a mounted Secret.
+    #[arg(long, env = "GKO_CONDUCTOR_TLS_CERT", requires = "conductor_tls_key")]
+    conductor_tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of the Conductor API.
+    #[arg(long, env = "GKO_CONDUCTOR_TLS_KEY", requires = "conductor_tls_cert")]
+    conductor_tls_key: Option<std::path::PathBuf>,
     /// This process's name in events (default: POD_NAME).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
@@ -104,6 +111,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespace,
         instance: args.instance,
         conductor_addr,
+        conductor_tls: args
+            .conductor_tls_cert
+            .zip(args.conductor_tls_key)
+            .map(|(cert, key)| gluesync_operator::conductor::TlsFiles { cert, key }),
     };
     controller::run(client, settings, metrics, stopped()).await;
     server

@@ -103,6 +103,30 @@ async fn a_manager_updates_the_platform_from_the_ui() -> anyhow::Result<()> {
         Some(3)
     );
 
+    // What the UI reads to offer an update.
+    let (code, body) = ui
+        .get(
+            "/conductor/api/services/gluesync-gluesync-core-hub/version/ga",
+            Some(&viewer),
+        )
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"]["currentVersion"], "2.3.2.1");
+    assert_eq!(body["data"]["latestVersionGA"], "2.3.2.2");
+    assert_eq!(body["data"]["mandatoryUpdate"], true);
+    assert_eq!(
+        body["data"]["servicesToUpdate"],
+        json!(["gluesync-gluesync-chronos"])
+    );
+    let (code, body) = ui
+        .get("/services/nothing-here/version/ga", Some(&viewer))
+        .await?;
+    assert_eq!(
+        (code, body["success"].clone()),
+        (404, json!(false)),
+        "{body}"
+    );
+
     // Update all: the call answers once the update has ended, per component.
     let manager = sim.token_for("manager");
     let (code, body) = ui
@@ -340,5 +364,51 @@ async fn bad_requests_get_a_4xx_in_the_envelope_never_a_500() -> anyhow::Result<
     let (code, doc) = ui.get("/openapi.json", None).await?;
     assert_eq!(code, 200);
     assert!(doc["paths"]["/containers"]["post"].is_object());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_serves_https_from_a_certificate() -> anyhow::Result<()> {
+    let ns = namespace("ui-https").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    // The certificate and key as a mounted kubernetes.io/tls Secret gives them.
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])?;
+    let dir = std::env::temp_dir().join(format!("gko-tls-{}", ns.name));
+    std::fs::create_dir_all(&dir)?;
+    let files = gluesync_operator::conductor::TlsFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+    };
+    std::fs::write(&files.cert, cert.cert.pem())?;
+    std::fs::write(&files.key, cert.signing_key.serialize_pem())?;
+    let (_gko, base) = Operator::start_serving_tls(&ns, files)?;
+    assert!(base.starts_with("https://"));
+
+    let trusting = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cert.cert.pem().as_bytes())?)
+        .build()?;
+    let manager = sim.token_for("manager");
+    let mut answer = None;
+    for _ in 0..100 {
+        if let Ok(r) = trusting
+            .get(format!("{base}/conductor/api/containers"))
+            .bearer_auth(&manager)
+            .send()
+            .await
+        {
+            answer = Some((r.status().as_u16(), r.json::<Value>().await?));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (code, body) = answer.ok_or_else(|| anyhow::anyhow!("no HTTPS answer"))?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"]["containers"].as_array().map(Vec::len), Some(4));
+
+    // Plain HTTP is not served on that port.
+    let plain = reqwest::get(format!("{}/health", base.replace("https://", "http://"))).await;
+    assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
+    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -82,19 +82,34 @@ impl Operator {
         let addr = listener.local_addr()?;
         drop(listener);
         Ok((
-            Self::start_on(ns, ns.client.clone(), Some(addr)),
+            Self::start_on(ns, ns.client.clone(), Some(addr), None),
             format!("http://{addr}"),
         ))
     }
 
+    /// The same over HTTPS with this certificate and key.
+    pub fn start_serving_tls(
+        ns: &TestNamespace,
+        tls: gluesync_operator::conductor::TlsFiles,
+    ) -> anyhow::Result<(Operator, String)> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        drop(listener);
+        Ok((
+            Self::start_on(ns, ns.client.clone(), Some(addr), Some(tls)),
+            format!("https://{addr}"),
+        ))
+    }
+
     pub fn start_with(ns: &TestNamespace, client: Client) -> Operator {
-        Self::start_on(ns, client, None)
+        Self::start_on(ns, client, None, None)
     }
 
     fn start_on(
         ns: &TestNamespace,
         client: Client,
         conductor_addr: Option<std::net::SocketAddr>,
+        conductor_tls: Option<gluesync_operator::conductor::TlsFiles>,
     ) -> Operator {
         // GKO's log goes with the test's output, shown when the test fails.
         let _ = tracing_subscriber::fmt()
@@ -107,6 +122,7 @@ impl Operator {
             namespace: ns.name.clone(),
             instance: Some("test".into()),
             conductor_addr,
+            conductor_tls,
         };
         let task = tokio::spawn(controller::run(
             client,
