@@ -264,6 +264,50 @@ impl Api {
     }
 }
 
+/// While GKO updates itself, every route but the OpenAPI document answers 503 with `Retry-After: 60`, as
+/// the Conductor does during its own update.
+async fn unless_self_updating(State(api): State<Api>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path.ends_with("/openapi.json") {
+        return next.run(req).await;
+    }
+    if !path.ends_with("/health")
+        && !api
+            .ctx
+            .metrics
+            .ready
+            .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        // Until the caches have listed the namespace, GKO would answer from a partial view.
+        let mut resp = failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "GKO is starting",
+            "the operator has not read the namespace yet",
+        );
+        resp.headers_mut()
+            .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+        return resp;
+    }
+    match api.ctx.self_updating() {
+        None => next.run(req).await,
+        Some(phase) => {
+            let mut resp = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({
+                    "success": false,
+                    "error": "Conductor update in progress",
+                    "message": "Conductor is updating. Try again later",
+                    "details": format!("gluesync-operator is updating itself ({phase})"),
+                })),
+            )
+                .into_response();
+            resp.headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("60"));
+            resp
+        }
+    }
+}
+
 async fn authenticated(State(api): State<Api>, req: Request, next: Next) -> Response {
     match api.authenticate(req.headers()).await {
         Ok(_) => next.run(req).await,
@@ -647,11 +691,12 @@ pub fn router(ctx: Arc<Context>) -> Router {
         auth_cache: Arc::default(),
         updating: Arc::default(),
     };
-    let r = routes(api);
+    let r = routes(api.clone());
     Router::new()
         .nest("/conductor/api", r.clone())
         .merge(r)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(api, unless_self_updating))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
 }
 

@@ -30,7 +30,7 @@ use kube::{
 use tracing::{info, instrument, warn};
 
 use crate::{
-    api::{ComponentType, GluesyncPlatform, TYPE_LABEL, UpdateStep},
+    api::{ComponentType, GluesyncPlatform, SELF_UPDATE_ANNOTATION, TYPE_LABEL, UpdateStep},
     catalog::{self, CatalogClient},
     cluster::{self, Workload, Writer},
     corehub::{self, CoreHub},
@@ -74,6 +74,17 @@ pub struct Context {
 impl Context {
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// The phase of GKO's own update while its new pod rolls out or back (`RollingOut`, `RollingBack`),
+    /// from the annotation on its Deployment.
+    pub(crate) fn self_updating(&self) -> Option<String> {
+        self.deployments.state().iter().find_map(|d| {
+            let operator = d.labels().get(TYPE_LABEL).map(String::as_str) == Some("operator");
+            let phase = d.annotations().get(SELF_UPDATE_ANNOTATION)?;
+            (operator && matches!(phase.as_str(), "RollingOut" | "RollingBack"))
+                .then(|| phase.clone())
+        })
     }
 
     /// The labelled workloads of the namespace with their pods, from the watch caches.

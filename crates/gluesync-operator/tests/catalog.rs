@@ -189,3 +189,38 @@ async fn a_failing_catalog_leaves_status_says_why_and_blocks_no_update() -> anyh
     assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_is_checked_again_after_one_interval() -> anyhow::Result<()> {
+    let ns = namespace("interval").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"checkIntervalMinutes": 1}))?;
+    let _gko = Operator::start(&ns);
+    wait_for_platform(&ns, "AVAILABLE 2.3.2.2", |g| {
+        available(g).as_deref() == Some("2.3.2.2")
+    })
+    .await?;
+    let calls = sim.calls().catalog;
+    sim.set_catalog("gluesync-core-hub", CatalogEntry::all("2.3.2.3"));
+    // No annotation, no event on the cluster: only the interval brings the next check.
+    let g = gko_test_support::eventually(
+        "AVAILABLE 2.3.2.3 after one interval",
+        Duration::from_secs(90),
+        || {
+            let api = platforms(&ns);
+            async move {
+                let g = api.get("gluesync").await?;
+                Ok((available(&g).as_deref() == Some("2.3.2.3")).then_some(g))
+            }
+        },
+    )
+    .await?;
+    assert!(sim.calls().catalog > calls);
+    assert!(
+        g.status
+            .and_then(|s| s.catalog)
+            .and_then(|c| c.last_checked_at)
+            .is_some()
+    );
+    Ok(())
+}

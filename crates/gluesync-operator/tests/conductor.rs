@@ -384,6 +384,10 @@ async fn the_api_serves_https_from_a_certificate() -> anyhow::Result<()> {
     std::fs::write(&files.key, cert.signing_key.serialize_pem())?;
     let (_gko, base) = Operator::start_serving_tls(&ns, files)?;
     assert!(base.starts_with("https://"));
+    wait_for_platform(&ns, "four components", |g| {
+        g.status.as_ref().is_some_and(|s| s.components.len() == 4)
+    })
+    .await?;
 
     let trusting = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(cert.cert.pem().as_bytes())?)
@@ -410,5 +414,123 @@ async fn the_api_serves_https_from_a_certificate() -> anyhow::Result<()> {
     let plain = reqwest::get(format!("{}/health", base.replace("https://", "http://"))).await;
     assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
     std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_update_request_while_one_runs_is_refused() -> anyhow::Result<()> {
+    let ns = namespace("ui-second").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
+    let manager = sim.token_for("manager");
+    let first = {
+        let (base, manager) = (base.clone(), manager.clone());
+        tokio::spawn(async move {
+            Ui::new(base)
+                .post("/containers", Some(&manager), update_all())
+                .await
+        })
+    };
+    wait_for_platform(&ns, "phase Updating", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Updating))
+    })
+    .await?;
+    let (code, body) = Ui::new(base)
+        .post("/containers", Some(&manager), update_all())
+        .await?;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["error"], "An update is already running");
+    let (code, body) = first.await??;
+    assert_eq!(
+        (code, body["data"]["result"].clone()),
+        (200, json!("Succeeded")),
+        "{body}"
+    );
+    let status = platforms(&ns)
+        .get("gluesync")
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.history.len(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_gko_updates_itself_the_api_answers_503_retry_after() -> anyhow::Result<()> {
+    let ns = namespace("ui-selfupdate").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    let ui = Ui::new(base.clone());
+    wait_for_platform(&ns, "a status", |g| {
+        g.status.as_ref().is_some_and(|s| s.phase.is_some())
+    })
+    .await?;
+    assert_eq!(ui.get("/conductor/api/health", None).await?.0, 200);
+
+    // GKO's own Deployment, as its chart labels it, in the middle of a self-update.
+    ns.apply(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: gluesync-operator
+  labels: {com.molo17.conductor.type: operator}
+  annotations: {gluesync.molo17.com/self-update: RollingOut}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: gluesync-operator}}
+  template:
+    metadata: {labels: {app: gluesync-operator}}
+    spec: {containers: [{name: gluesync-operator, image: "molo17/gluesync-operator:0.2.0"}]}
+"#,
+    )?;
+    let mut answer = None;
+    for _ in 0..100 {
+        let resp = reqwest::get(format!("{base}/conductor/api/health")).await?;
+        if resp.status().as_u16() == 503 {
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            answer = Some((retry, resp.json::<Value>().await?));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (retry, body) = answer.ok_or_else(|| anyhow::anyhow!("no 503 during the self-update"))?;
+    assert_eq!(retry.as_deref(), Some("60"));
+    assert_eq!(body["error"], "Conductor update in progress");
+    assert_eq!(
+        ui.get("/openapi.json", None).await?.0,
+        200,
+        "the API's description stays readable"
+    );
+
+    ns.kubectl(&[
+        "annotate",
+        "deployment",
+        "gluesync-operator",
+        "--overwrite",
+        "gluesync.molo17.com/self-update-",
+    ])?;
+    let mut back = false;
+    for _ in 0..100 {
+        if ui.get("/conductor/api/health", None).await?.0 == 200 {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(back, "the API stayed unavailable after the self-update");
     Ok(())
 }
