@@ -60,9 +60,9 @@ EOF
 
 say "starting GKO (log: $logs/gluesync-operator.log)"
 target/debug/gluesync-operator run --namespace "$ns" --metrics-addr 127.0.0.1:18080 \
-  >"$logs/gluesync-operator.log" 2>&1 &
+  --conductor-addr 127.0.0.1:$((sim_port + 2)) >"$logs/gluesync-operator.log" 2>&1 &
 pids+=($!)
-kubectl -n "$ns" wait gsp/gluesync --for=jsonpath='{.status.phase}'=Current --timeout=60s >/dev/null
+kubectl -n "$ns" wait gsp/gluesync --for=jsonpath='{.status.phase}'=UpdateAvailable --timeout=60s >/dev/null
 kubectl -n "$ns" get gsp
 
 say "updating Core Hub to 2.3.2.2 (kubectl -n $ns get gsp -w)"
@@ -87,14 +87,29 @@ kubectl -n "$ns" get events --field-selector involvedObject.kind=GluesyncPlatfor
   --sort-by=.eventTime -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message 2>/dev/null \
   || kubectl -n "$ns" get events --field-selector involvedObject.kind=GluesyncPlatform
 
+say "Core Hub 2.3.2.3 is released; the Core Hub UI asks GKO to update all, through the Conductor API"
+curl -sf -X PUT "http://127.0.0.1:$((sim_port + 1))/_sim/catalog/gluesync-core-hub" -H 'content-type: application/json' \
+  -d '{"latestVersionGA":"2.3.2.3","latestVersionBeta":"2.3.2.3","latestVersionAlpha":"2.3.2.3"}'
+kubectl -n "$ns" annotate gsp gluesync --overwrite gluesync.molo17.com/check-now="$(date +%s)" >/dev/null
+kubectl -n "$ns" wait gsp/gluesync --for=jsonpath='{.status.available}'=2.3.2.3 --timeout=30s >/dev/null
+kubectl -n "$ns" get gsp
+token=$(curl -sf -X POST "http://127.0.0.1:$sim_port/authentication/login" -H 'content-type: application/json' \
+  -d '{"username":"manager","password":"manager"}' | sed -n 's/.*"apiToken":"\([^"]*\)".*/\1/p')
+echo '$ curl -X POST .../conductor/api/containers -d {"action":"update","ids":[],"releaseChannel":"ga"}'
+curl -s -X POST "http://127.0.0.1:$((sim_port + 2))/conductor/api/containers" -H "Authorization: Bearer $token" \
+  -H 'content-type: application/json' -d '{"action":"update","ids":[],"releaseChannel":"ga"}'
+echo
+kubectl -n "$ns" get gsp
+
 cat <<EOF
 
 GKO runs on namespace $ns, with the simulator's Core Hub at http://127.0.0.1:$sim_port. In another terminal:
   eval "\$(hack/controlplane.sh env)"
   kubectl -n $ns get gsp -w
-  kubectl -n $ns patch gsp gluesync --type merge -p '{"spec":{"version":"2.3.2.2-crash"}}'   # a failing update, rolled back
+  kubectl -n $ns patch gsp gluesync --type merge -p '{"spec":{"version":"2.3.2.3-crash"}}'   # a failing update, rolled back
   kubectl -n $ns describe gsp gluesync
   curl -s 127.0.0.1:$((sim_port + 1))/_sim/state | head -c 300; curl -s 127.0.0.1:18080/metrics
+  curl -s 127.0.0.1:$((sim_port + 2))/conductor/api/health   # the Conductor API the Core Hub UI calls
 Stop with Ctrl-C; \`make cluster-down\` stops the control plane.
 EOF
 
