@@ -23,10 +23,7 @@ use futures::StreamExt;
 use gko_test_support::TestNamespace;
 use gluesync_operator::api::{FIELD_MANAGER, GluesyncPlatform, Phase};
 use gluesync_simulator::{Options, Simulator};
-use k8s_openapi::{
-    api::apps::v1::StatefulSet,
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::{
     Api, CustomResourceExt,
     api::{Patch, PatchParams},
@@ -105,36 +102,9 @@ impl Gko {
     }
 }
 
-async fn install_crd(client: &kube::Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = GluesyncPlatform::crd();
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    for _ in 0..300 {
-        let established = crds
-            .get(&name)
-            .await?
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("the CRD is not established")
-}
-
 async fn setup(hint: &str, sim: &Simulator, window: i64) -> anyhow::Result<TestNamespace> {
     let ns = TestNamespace::new(hint).await?;
-    install_crd(&ns.client).await?;
+    gko_test_support::install_crd(&ns.client, &GluesyncPlatform::crd(), FIELD_MANAGER).await?;
     ns.apply(SAMPLE_INSTALL)?;
     ns.apply("apiVersion: v1\nkind: Secret\nmetadata:\n  name: corehub-credentials\nstringData:\n  username: admin\n  password: admin\n")?;
     let doc = json!({

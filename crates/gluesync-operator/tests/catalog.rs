@@ -171,11 +171,22 @@ async fn a_failing_catalog_leaves_status_says_why_and_blocks_no_update() -> anyh
         "the last known version stays"
     );
     assert_eq!(status.phase, Some(Phase::UpdateAvailable));
-    let reasons = event_reasons(&ns).await?;
-    assert!(
-        reasons.iter().any(|r| r == "CatalogCheckFailed"),
-        "{reasons:?}"
-    );
+    // The Warning event follows the status write.
+    gko_test_support::eventually(
+        "a CatalogCheckFailed event",
+        Duration::from_secs(30),
+        || {
+            let ns = &ns;
+            async move {
+                let reasons = event_reasons(ns).await?;
+                Ok(reasons
+                    .iter()
+                    .any(|r| r == "CatalogCheckFailed")
+                    .then_some(()))
+            }
+        },
+    )
+    .await?;
 
     // An update that names its versions does not need the catalog.
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;

@@ -47,18 +47,7 @@ async fn an_update_survives_gko_killed_at_each_step() -> anyhow::Result<()> {
         json!({"stabilityWindowSeconds": 2, "catalog": {"url": sim.url}}),
     )?;
     let mut gko = spawn_gko(&ns)?;
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status.as_ref().is_some_and(|s| {
-            matches!(
-                s.phase,
-                Some(
-                    gluesync_operator::api::Phase::Current
-                        | gluesync_operator::api::Phase::UpdateAvailable
-                )
-            )
-        })
-    })
-    .await?;
+    wait_settled(&ns).await?;
 
     let steps = [
         UpdateStep::Preflight,

@@ -23,12 +23,7 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
     let gko = Operator::start_with_role(&ns).await?;
-    let g = wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    let g = wait_settled(&ns).await?;
     assert!(
         g.status.unwrap_or_default().last_attempt.is_none(),
         "no update ran yet"
@@ -149,7 +144,7 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
         ]
     );
 
-    let reasons = event_reasons(&ns).await?;
+    let reasons = event_reasons_through(&ns, "UpdateSucceeded").await?;
     assert_eq!(
         reasons,
         [
@@ -189,12 +184,7 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
     let _gko = Operator::start(&ns);
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    wait_settled(&ns).await?;
 
     patch_spec(&ns, json!({"version": "2.3.2.2-crash"})).await?;
     let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
@@ -224,7 +214,7 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
     );
     assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
     assert_eq!(attempt.resumed_pipelines.len(), 20);
-    let reasons = event_reasons(&ns).await?;
+    let reasons = event_reasons_through(&ns, "UpdateFailed").await?;
     assert_eq!(
         reasons,
         [
@@ -257,12 +247,7 @@ async fn an_unpullable_core_hub_fails_without_waiting_for_the_timeout() -> anyho
     // A stability timeout far longer than the test's patience: only failing fast can pass.
     install_with_simulator(&ns, &sim, json!({"stabilityTimeoutSeconds": 3600}))?;
     let _gko = Operator::start(&ns);
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    wait_settled(&ns).await?;
     patch_spec(&ns, json!({"version": "2.3.2.2-unpullable"})).await?;
     let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
     let status = g.status.unwrap_or_default();
@@ -288,12 +273,7 @@ async fn a_crashing_module_is_rolled_back_and_the_others_updated() -> anyhow::Re
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
     let _gko = Operator::start(&ns);
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    wait_settled(&ns).await?;
     patch_spec(
         &ns,
         json!({"modules": {"gluesync-gluesync-chronos": "0.3.3-crash", "gluesync-gluesync-grafana": "11.3.0"}}),
@@ -348,7 +328,7 @@ async fn a_crashing_module_is_rolled_back_and_the_others_updated() -> anyhow::Re
         status.history[0].to, None,
         "to is empty for an update of modules only"
     );
-    let reasons = event_reasons(&ns).await?;
+    let reasons = event_reasons_through(&ns, "UpdateDegraded").await?;
     assert_eq!(
         reasons,
         ["UpdateStarted", "ModuleRolledBack", "UpdateDegraded"]
@@ -374,12 +354,7 @@ async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()>
     });
     install_with_simulator(&ns, &sim, json!({"drainTimeoutSeconds": 3}))?;
     let _gko = Operator::start(&ns);
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    wait_settled(&ns).await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
     let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
     let status = g.status.unwrap_or_default();
@@ -401,7 +376,7 @@ async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()>
         "the paused ones were resumed"
     );
     assert!(status.paused_pipelines.is_empty());
-    let reasons = event_reasons(&ns).await?;
+    let reasons = event_reasons_through(&ns, "UpdateRefused").await?;
     assert_eq!(
         reasons,
         [
@@ -421,12 +396,7 @@ async fn core_hub_answering_500_for_a_while_does_not_stop_the_update() -> anyhow
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
     let _gko = Operator::start(&ns);
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    wait_settled(&ns).await?;
     // During Drain.
     sim.update_faults(|f| {
         f.error_count = 12;
@@ -466,12 +436,7 @@ async fn a_new_request_id_retries_and_history_keeps_ten() -> anyhow::Result<()> 
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
     let _gko = Operator::start(&ns);
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    wait_settled(&ns).await?;
     patch_spec(&ns, json!({"version": "2.3.2.2-crash"})).await?;
     let g = wait_for_platform(&ns, "the failed update", |g| finished(g, 2)).await?;
     assert_eq!(g.status.unwrap_or_default().phase, Some(Phase::Failed));
@@ -530,12 +495,7 @@ async fn two_gko_at_once_still_make_one_update() -> anyhow::Result<()> {
     // precondition keeps them from carrying out the same decision twice.
     let first = Operator::start(&ns);
     let second = Operator::start(&ns);
-    wait_for_platform(&ns, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
-    })
-    .await?;
+    wait_settled(&ns).await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
     let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -550,7 +510,7 @@ async fn two_gko_at_once_still_make_one_update() -> anyhow::Result<()> {
     assert_eq!(attempt.resumed_pipelines.len(), 20);
     assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
     assert_eq!(
-        event_reasons(&ns)
+        event_reasons_through(&ns, "UpdateSucceeded")
             .await?
             .iter()
             .filter(|r| *r == "UpdateSucceeded")

@@ -232,6 +232,38 @@ impl Drop for TestNamespace {
     }
 }
 
+/// Installs (server-side apply) a CustomResourceDefinition and waits until it is established.
+pub async fn install_crd(
+    client: &Client,
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    field_manager: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    crds.patch(
+        &name,
+        &kube::api::PatchParams::apply(field_manager).force(),
+        &kube::api::Patch::Apply(crd),
+    )
+    .await?;
+    eventually("the CRD to be established", Duration::from_secs(30), || {
+        let crds = crds.clone();
+        let name = name.clone();
+        async move {
+            let crd = crds.get(&name).await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()))
+        }
+    })
+    .await
+}
+
 /// Polls `check` until it gives `Some`, or fails after `timeout` with the last thing it saw.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
 where

@@ -10,7 +10,6 @@ use gluesync_operator::{
     controller,
     metrics::Metrics,
 };
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client, CustomResourceExt,
     api::{Patch, PatchParams},
@@ -23,30 +22,7 @@ pub const SAMPLE_PLATFORM: &str = include_str!("../../../../examples/sample/plat
 
 /// Installs the CRD generated from the current types and waits until it serves.
 pub async fn install_crd(client: &Client) -> anyhow::Result<()> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = GluesyncPlatform::crd();
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    crds.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await?;
-    eventually("the CRD to be established", Duration::from_secs(30), || {
-        let crds = crds.clone();
-        let name = name.clone();
-        async move {
-            let crd = crds.get(&name).await?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            Ok(established.then_some(()))
-        }
-    })
-    .await
+    gko_test_support::install_crd(client, &GluesyncPlatform::crd(), FIELD_MANAGER).await
 }
 
 /// A namespace with the CRD installed.
@@ -157,6 +133,18 @@ pub fn platforms(ns: &TestNamespace) -> Api<GluesyncPlatform> {
     Api::namespaced(ns.client.clone(), &ns.name)
 }
 
+/// Waits until GKO has reported the install settled: phase Current, or UpdateAvailable when the catalog
+/// knows a newer Core Hub.
+pub async fn wait_settled(ns: &TestNamespace) -> anyhow::Result<GluesyncPlatform> {
+    use gluesync_operator::api::Phase;
+    wait_for_platform(ns, "phase Current or UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
+    })
+    .await
+}
+
 /// Waits until the GluesyncPlatform satisfies `check`, and returns it.
 pub async fn wait_for_platform(
     ns: &TestNamespace,
@@ -260,6 +248,19 @@ pub async fn event_reasons(ns: &TestNamespace) -> anyhow::Result<Vec<String>> {
         .collect();
     list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
     Ok(list.into_iter().filter_map(|e| e.reason).collect())
+}
+
+/// The event reasons, once `last` is among them (events follow the status writes that cause them).
+pub async fn event_reasons_through(ns: &TestNamespace, last: &str) -> anyhow::Result<Vec<String>> {
+    eventually(
+        &format!("the event {last}"),
+        Duration::from_secs(30),
+        || async move {
+            let reasons = event_reasons(ns).await?;
+            Ok(reasons.iter().any(|r| r == last).then_some(reasons))
+        },
+    )
+    .await
 }
 
 /// The image of a workload's first container.
