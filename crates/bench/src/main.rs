@@ -142,6 +142,12 @@ async fn wait_for(
     }
 }
 
+fn current(g: &GluesyncPlatform) -> bool {
+    g.status
+        .as_ref()
+        .is_some_and(|s| s.phase == Some(Phase::Current))
+}
+
 fn finished(generation: i64) -> impl Fn(&GluesyncPlatform) -> bool {
     move |g| {
         g.status.as_ref().is_some_and(|s| {
@@ -174,12 +180,7 @@ async fn reaction(runs: usize) -> anyhow::Result<()> {
     let ns = setup("bench-reaction", &sim, 0).await?;
     let gko = Gko::start(&ns, 18181)?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
-    wait_for(&api, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
-    })
-    .await?;
+    wait_for(&api, "phase Current", current).await?;
 
     // Watch the platform; note when each generation is first seen Updating.
     let seen: Arc<AtomicU64> = Arc::new(AtomicU64::new(0));
@@ -257,12 +258,7 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
     let ns = setup("bench-overhead", &sim, 0).await?;
     let gko = Gko::start(&ns, 18182)?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
-    wait_for(&api, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
-    })
-    .await?;
+    wait_for(&api, "phase Current", current).await?;
     let mut totals = vec![];
     for i in 0..runs {
         let version = if i % 2 == 0 { "2.3.2.2" } else { "2.3.2.1" };
@@ -298,12 +294,7 @@ async fn ten_thousand() -> anyhow::Result<()> {
     let ns = setup("bench-10k", &sim, 0).await?;
     let gko = Gko::start(&ns, 18183)?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
-    wait_for(&api, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
-    })
-    .await?;
+    wait_for(&api, "phase Current", current).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = gko.rss_kib();
 
@@ -362,12 +353,7 @@ async fn conductor_load(seconds: u64, concurrency: usize) -> anyhow::Result<()> 
     let ns = setup("bench-conductor", &sim, 0).await?;
     let gko = Gko::start_with(&ns, 18184, "127.0.0.1:18185")?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
-    wait_for(&api, "phase Current", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::Current))
-    })
-    .await?;
+    wait_for(&api, "phase Current", current).await?;
     let token = sim.token_for("viewer");
     let http = reqwest::Client::new();
     let url = "http://127.0.0.1:18185/conductor/api/containers";

@@ -276,17 +276,8 @@ impl Writer {
         gsp: &GluesyncPlatform,
         status: &GluesyncPlatformStatus,
     ) -> Result<GluesyncPlatform, kube::Error> {
-        let ns = gsp.namespace().unwrap_or_default();
-        let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
-        let patch = json!({
-            "apiVersion": GluesyncPlatform::api_version(&()),
-            "kind": GluesyncPlatform::kind(&()),
-            "metadata": { "resourceVersion": gsp.resource_version() },
-            "status": status,
-        });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let result = api
-            .patch_status(&gsp.name_any(), &params, &Patch::Apply(&patch))
+        let result = self
+            .apply_to_platform(gsp, "status", json!(status), true)
             .await;
         self.metrics.status_writes.inc();
         result
@@ -352,20 +343,35 @@ impl Writer {
         modules: &BTreeMap<String, String>,
         request_id: &str,
     ) -> Result<GluesyncPlatform, kube::Error> {
+        let spec = json!({ "version": version, "modules": modules, "requestID": request_id });
+        self.apply_to_platform(gsp, "spec", spec, false).await
+    }
+
+    /// Server-side apply of one part (`spec` or `status`) of a GluesyncPlatform under GKO's field manager,
+    /// with the resourceVersion it was read at: a write computed from a stale read is refused (409).
+    async fn apply_to_platform(
+        &self,
+        gsp: &GluesyncPlatform,
+        part: &str,
+        value: serde_json::Value,
+        subresource: bool,
+    ) -> Result<GluesyncPlatform, kube::Error> {
         let ns = gsp.namespace().unwrap_or_default();
         let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
-        let patch = json!({
+        let mut patch = json!({
             "apiVersion": GluesyncPlatform::api_version(&()),
             "kind": GluesyncPlatform::kind(&()),
             "metadata": { "resourceVersion": gsp.resource_version() },
-            "spec": { "version": version, "modules": modules, "requestID": request_id },
         });
-        api.patch(
-            &gsp.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
+        patch[part] = value;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if subresource {
+            api.patch_status(&gsp.name_any(), &params, &Patch::Apply(&patch))
+                .await
+        } else {
+            api.patch(&gsp.name_any(), &params, &Patch::Apply(&patch))
+                .await
+        }
     }
 
     /// Records an event on the GluesyncPlatform.

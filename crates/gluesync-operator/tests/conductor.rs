@@ -49,6 +49,28 @@ impl Ui {
     }
 }
 
+/// A namespace with the sample install, the simulator as Core Hub, and GKO serving the Conductor API,
+/// once GKO has reported a status.
+async fn serving(
+    hint: &str,
+    spec: Value,
+) -> anyhow::Result<(
+    gko_test_support::TestNamespace,
+    gluesync_simulator::Simulator,
+    Operator,
+    Ui,
+)> {
+    let ns = namespace(hint).await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, spec)?;
+    let (gko, base) = Operator::start_serving(&ns)?;
+    wait_for_platform(&ns, "a status", |g| {
+        g.status.as_ref().is_some_and(|s| s.phase.is_some())
+    })
+    .await?;
+    Ok((ns, sim, gko, Ui::new(base)))
+}
+
 fn update_all() -> String {
     json!({"action": "update", "ids": [], "releaseChannel": "ga"}).to_string()
 }
@@ -183,15 +205,7 @@ async fn a_manager_updates_the_platform_from_the_ui() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_without_the_right_are_refused_and_nothing_changes() -> anyhow::Result<()> {
-    let ns = namespace("ui-auth").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let (_gko, base) = Operator::start_serving(&ns)?;
-    let ui = Ui::new(base);
-    wait_for_platform(&ns, "a status", |g| {
-        g.status.as_ref().is_some_and(|s| s.phase.is_some())
-    })
-    .await?;
+    let (ns, sim, _gko, ui) = serving("ui-auth", json!({})).await?;
     let before = generation(&ns).await?;
 
     let viewer = sim.token_for("viewer");
@@ -293,15 +307,7 @@ async fn under_gitops_the_ui_changes_nothing_and_git_updates() -> anyhow::Result
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_a_4xx_in_the_envelope_never_a_500() -> anyhow::Result<()> {
-    let ns = namespace("ui-bad").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let (_gko, base) = Operator::start_serving(&ns)?;
-    let ui = Ui::new(base);
-    wait_for_platform(&ns, "a status", |g| {
-        g.status.as_ref().is_some_and(|s| s.phase.is_some())
-    })
-    .await?;
+    let (ns, sim, _gko, ui) = serving("ui-bad", json!({})).await?;
     let before = generation(&ns).await?;
     let manager = sim.token_for("manager");
     let oversized = format!(r#"{{"action":"update","ids":["{}"]}}"#, "x".repeat(200_000));
