@@ -20,6 +20,12 @@ pub const TYPE_LABEL: &str = "com.molo17.conductor.type";
 pub const CONTAINER_ANNOTATION: &str = "gluesync.molo17.com/container";
 /// Annotation on the GluesyncPlatform: a new value asks for a catalog check at once.
 pub const CHECK_NOW_ANNOTATION: &str = "gluesync.molo17.com/check-now";
+/// Annotation on the GluesyncPlatform that GKO writes with an update request from the Core Hub UI:
+/// `{"id": <requestID>, "channel": <release channel>}`. It applies to the update of that `spec.requestID`.
+pub const REQUEST_ANNOTATION: &str = "gluesync.molo17.com/request";
+/// Finalizer on the GluesyncPlatform while GKO may have paused pipelines or changed images that an update
+/// has not settled: deleting the resource first resumes them.
+pub const FINALIZER: &str = "gluesync.molo17.com/pipelines";
 /// Annotation on GKO's own Deployment while it updates itself.
 pub const SELF_UPDATE_ANNOTATION: &str = "gluesync.molo17.com/self-update";
 
@@ -166,7 +172,7 @@ pub enum UpdatePolicy {
 }
 
 /// Release channel of the version catalog.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum ReleaseChannel {
     #[default]
@@ -258,6 +264,10 @@ pub struct GluesyncPlatformStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Atomic)]
     pub paused_pipelines: Vec<String>,
+    /// Pipelines whose maintenance request may still land after the drain gave up; GKO takes any of
+    /// them that shows up in maintenance mode out again until `until`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_maintenance: Option<LateMaintenance>,
     /// Outcome of the last update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt: Option<Attempt>,
@@ -328,8 +338,9 @@ pub enum UpdateStep {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct UpdateStatus {
-    /// The step that runs.
-    pub step: UpdateStep,
+    /// The step that runs (`step`), with what it needs to carry on: when it began and its deadline.
+    #[serde(flatten)]
+    pub step: Step,
     /// Core Hub version asked for; empty for an update of modules only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
@@ -339,11 +350,15 @@ pub struct UpdateStatus {
     /// The `spec.requestID` the update answers.
     #[serde(rename = "requestID", default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// A new `spec.requestID` started this update: unpinned modules take the latest on the channel.
+    #[serde(default)]
+    pub new_request: bool,
+    /// Release channel the versions come from: the request's (from the Core Hub UI), else the spec's.
+    #[serde(default)]
+    pub channel: ReleaseChannel,
     /// The `metadata.generation` the update was started for.
     pub generation: i64,
     pub started_at: Time,
-    /// When the current step started; step timeouts count from here.
-    pub step_started_at: Time,
     /// Every managed component with its image before the update and the image it is taken to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub components: Vec<PlannedComponent>,
@@ -352,13 +367,118 @@ pub struct UpdateStatus {
     pub resumed_pipelines: Vec<String>,
     /// How the update is going to end, once that is known before the end (Refused, Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<UpdateResult>,
-    /// Why, for an outcome known early.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
+    pub outcome: Option<Outcome>,
     /// The phase before the update, which a Refused update leaves as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_phase: Option<Phase>,
+}
+
+/// An update's result, known before its end, and why.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Outcome {
+    pub result: UpdateResult,
+    pub message: String,
+}
+
+/// The step of an update, with its own data. Serialized flat into `status.update`: `step` names it,
+/// `since` is when it began, `deadline` when it gives up (steps whose components carry their own
+/// deadlines have none).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "step")]
+pub enum Step {
+    /// Checking the request; waits for the catalog's answer until `deadline`.
+    Preflight { since: Time, deadline: Time },
+    /// Recording the image of every component.
+    Snapshot { since: Time },
+    /// Putting the running pipelines into maintenance mode, until `deadline` (drainTimeoutSeconds).
+    Drain { since: Time, deadline: Time },
+    /// Changing Core Hub and the agents, then their stability check, until `deadline`.
+    CoreHub { since: Time, deadline: Time },
+    /// Putting Core Hub back on its previous image, until `deadline`.
+    CoreHubRollback { since: Time, deadline: Time },
+    /// Taking the paused pipelines out of maintenance mode; at `deadline` the update goes on and GKO
+    /// keeps resuming the rest between updates.
+    Resume { since: Time, deadline: Time },
+    /// One module at a time, each with its own stability deadline.
+    Modules { since: Time },
+    /// Recording the outcome.
+    Finish { since: Time },
+}
+
+impl Step {
+    pub fn name(&self) -> UpdateStep {
+        match self {
+            Step::Preflight { .. } => UpdateStep::Preflight,
+            Step::Snapshot { .. } => UpdateStep::Snapshot,
+            Step::Drain { .. } => UpdateStep::Drain,
+            Step::CoreHub { .. } => UpdateStep::CoreHub,
+            Step::CoreHubRollback { .. } => UpdateStep::CoreHubRollback,
+            Step::Resume { .. } => UpdateStep::Resume,
+            Step::Modules { .. } => UpdateStep::Modules,
+            Step::Finish { .. } => UpdateStep::Finish,
+        }
+    }
+
+    /// When the step began.
+    pub fn since(&self) -> &Time {
+        match self {
+            Step::Preflight { since, .. }
+            | Step::Snapshot { since }
+            | Step::Drain { since, .. }
+            | Step::CoreHub { since, .. }
+            | Step::CoreHubRollback { since, .. }
+            | Step::Resume { since, .. }
+            | Step::Modules { since }
+            | Step::Finish { since } => since,
+        }
+    }
+
+    /// When the step gives up, for the steps that have one deadline.
+    pub fn deadline(&self) -> Option<&Time> {
+        match self {
+            Step::Preflight { deadline, .. }
+            | Step::Drain { deadline, .. }
+            | Step::CoreHub { deadline, .. }
+            | Step::CoreHubRollback { deadline, .. }
+            | Step::Resume { deadline, .. } => Some(deadline),
+            _ => None,
+        }
+    }
+}
+
+/// `status.update` is an object whose `step` names the variant; the step's fields sit beside it.
+impl JsonSchema for Step {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Step".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "required": ["step"],
+            "properties": {
+                "step": {
+                    "description": "The step that runs: Preflight, Snapshot, Drain, CoreHub, CoreHubRollback, Resume, Modules or Finish.",
+                    "type": "string",
+                    "enum": ["Preflight", "Snapshot", "Drain", "CoreHub", "CoreHubRollback", "Resume", "Modules", "Finish"],
+                },
+                "since": {"description": "When the step began.", "type": "string", "format": "date-time"},
+                "deadline": {"description": "When the step gives up.", "type": "string", "format": "date-time"},
+            },
+        })
+    }
+}
+
+/// Pipelines whose maintenance request may still land late: GKO asked them to enter maintenance mode
+/// and had not seen them in it when the drain gave up. Until `until`, one that shows up in maintenance
+/// mode is taken out again.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LateMaintenance {
+    #[x_kube(merge_strategy = ListMerge::Atomic)]
+    pub pipelines: Vec<String>,
+    pub until: Time,
 }
 
 /// One component in an update plan.
@@ -380,12 +500,22 @@ pub struct PlannedComponent {
     pub state: ComponentState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// When the new image was written; the stability check counts from here.
+    /// When the new image (or, rolling back, the old one) was written; the stability check counts from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patched_at: Option<Time>,
-    /// Since when the component has been ready without a restart.
+    /// The stability window, once every replica runs the image and is ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stable_since: Option<Time>,
+    pub stable: Option<StableWindow>,
+}
+
+/// A component ready on its image since `since`; a container restart after that fails the window.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StableWindow {
+    pub since: Time,
+    /// Restart count of each pod when the window began: only restarts inside the window count.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub restarts: BTreeMap<String, i32>,
 }
 
 /// Where a component is in an update.

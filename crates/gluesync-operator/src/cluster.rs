@@ -3,6 +3,9 @@
 //! Reading: the labelled StatefulSets and Deployments of the namespace become [`Workload`]s, a pure
 //! projection that the rest of GKO works on. Writing: every write GKO makes goes through [`Writer`], the one
 //! place a leader-election Lease will gate.
+//!
+//! A workload's pods are found through their owners, not through its label selector: selectors may use
+//! `matchExpressions` and may overlap between workloads, owners do neither. See [`owner_of`].
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -10,6 +13,7 @@ use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     core::v1::{ObjectReference, Pod, PodTemplateSpec},
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -26,11 +30,16 @@ use crate::{
     version::ImageRef,
 };
 
+/// The label the Deployment controller puts on a ReplicaSet's pods: the hash its name ends in.
+const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
+
 /// A labelled StatefulSet or Deployment, as GKO sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {
     pub kind: WorkloadKind,
     pub name: String,
+    /// Its `metadata.uid`: a StatefulSet's pods name it in their ownerReference.
+    pub uid: String,
     /// The label value, or `None` when it is not one GKO knows.
     pub component_type: Option<ComponentType>,
     pub label_value: String,
@@ -40,11 +49,14 @@ pub struct Workload {
     pub image: String,
     /// The workload controller has seen the latest spec, and every replica runs it and is ready.
     pub ready: bool,
-    /// A Deployment that ran out of its progress deadline.
+    /// A Deployment that ran out of its progress deadline in its current rollout (the condition is read only
+    /// once the Deployment controller has seen the latest spec, so one left from an earlier rollout does
+    /// not count).
     pub progress_deadline_exceeded: bool,
-    /// The workload's pod selector (`matchLabels`).
-    pub selector: BTreeMap<String, String>,
-    /// Its pods, seen through the managed container.
+    /// Why a new image would never roll out by itself, when that is so: a StatefulSet with
+    /// `updateStrategy.type: OnDelete` or a `rollingUpdate.partition` above 0, a paused Deployment.
+    pub rollout_blocker: Option<String>,
+    /// Its pods (those it owns, see [`owner_of`]), seen through the managed container.
     pub pods: Vec<PodView>,
 }
 
@@ -52,11 +64,14 @@ pub struct Workload {
 #[derive(Clone, Debug, PartialEq)]
 pub struct PodView {
     pub name: String,
+    /// Its `metadata.uid`: a pod replaced under the same name is another pod.
+    pub uid: String,
     /// Image of the managed container.
     pub image: String,
     pub ready: bool,
     /// Why the managed container waits, if it does: (reason, message).
     pub waiting: Option<(String, String)>,
+    /// Restart count of the managed container.
     pub restarts: i32,
 }
 
@@ -93,11 +108,51 @@ impl PodView {
             });
         Some(PodView {
             name: pod.name_any(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
             image,
             ready,
             waiting,
             restarts: cs.map_or(0, |c| c.restart_count),
         })
+    }
+}
+
+/// The pod's controller: the ownerReference with `controller: true`.
+fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+/// The workload that owns a pod: its kind and name, read from the pod alone.
+///
+/// - A StatefulSet owns its pods itself: their controller ownerReference is of kind `StatefulSet` and
+///   carries its name (and uid, which [`Workload::owns`] checks too).
+/// - A Deployment owns its pods through a ReplicaSet: their controller ownerReference is of kind
+///   `ReplicaSet`. The Deployment controller names each of its ReplicaSets `<deployment name>-<hash>` and
+///   labels the ReplicaSet's pods `pod-template-hash: <hash>`, so the Deployment's name is the
+///   ReplicaSet's name with `-<hash>` cut off. Reading it that way spares GKO a watch on ReplicaSets. The
+///   ReplicaSet's own owner (the Deployment's uid) is not visible from the pod, so for a Deployment the
+///   name is all that is checked.
+///
+/// `None` for a pod with no controller, one owned by anything else (a Job, a DaemonSet, a bare pod), or
+/// by a ReplicaSet that does not follow the rule above (one made by hand).
+pub fn owner_of(pod: &Pod) -> Option<(WorkloadKind, String)> {
+    let owner = controller_of(pod)?;
+    if !owner.api_version.starts_with("apps/") {
+        return None;
+    }
+    match owner.kind.as_str() {
+        "StatefulSet" => Some((WorkloadKind::StatefulSet, owner.name.clone())),
+        "ReplicaSet" => {
+            let hash = pod.labels().get(POD_TEMPLATE_HASH_LABEL)?;
+            let deployment = owner.name.strip_suffix(hash.as_str())?.strip_suffix('-')?;
+            (!hash.is_empty() && !deployment.is_empty())
+                .then(|| (WorkloadKind::Deployment, deployment.to_string()))
+        }
+        _ => None,
     }
 }
 
@@ -118,6 +173,7 @@ impl Workload {
         let mut w = Self::new(
             WorkloadKind::StatefulSet,
             sts.name_any(),
+            sts.metadata.uid.clone().unwrap_or_default(),
             label_value,
             sts.annotations()
                 .get(CONTAINER_ANNOTATION)
@@ -125,7 +181,26 @@ impl Workload {
             &spec.template,
             ready,
         );
-        w.selector = spec.selector.match_labels.clone().unwrap_or_default();
+        let strategy = spec.update_strategy.as_ref();
+        let partition = strategy
+            .and_then(|s| s.rolling_update.as_ref())
+            .and_then(|r| r.partition)
+            .unwrap_or(0);
+        w.rollout_blocker = if strategy.and_then(|s| s.type_.as_deref()) == Some("OnDelete") {
+            Some(format!(
+                "StatefulSet {} has updateStrategy OnDelete: its pods never take a new image by \
+                 themselves; GKO needs RollingUpdate",
+                w.name
+            ))
+        } else if partition > 0 {
+            Some(format!(
+                "StatefulSet {} has rollingUpdate.partition {partition}: pods below ordinal \
+                 {partition} keep the old image; GKO needs partition 0",
+                w.name
+            ))
+        } else {
+            None
+        };
         Some(w)
     }
 
@@ -144,6 +219,7 @@ impl Workload {
         let mut w = Self::new(
             WorkloadKind::Deployment,
             deploy.name_any(),
+            deploy.metadata.uid.clone().unwrap_or_default(),
             label_value,
             deploy
                 .annotations()
@@ -152,16 +228,27 @@ impl Workload {
             &spec.template,
             ready,
         );
-        w.selector = spec.selector.match_labels.clone().unwrap_or_default();
-        w.progress_deadline_exceeded = status.conditions.unwrap_or_default().iter().any(|c| {
-            c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
-        });
+        // The conditions describe the generation the controller last saw: until it has seen the current
+        // one, a ProgressDeadlineExceeded is the verdict on an earlier rollout.
+        let current = status.observed_generation == deploy.metadata.generation;
+        w.progress_deadline_exceeded = current
+            && status.conditions.unwrap_or_default().iter().any(|c| {
+                c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+            });
+        if spec.paused == Some(true) {
+            w.rollout_blocker = Some(format!(
+                "Deployment {} is paused (spec.paused: true): it rolls out no new image until it is \
+                 resumed; GKO needs it unpaused",
+                w.name
+            ));
+        }
         Some(w)
     }
 
     fn new(
         kind: WorkloadKind,
         name: String,
+        uid: String,
         label_value: String,
         container_annotation: Option<&str>,
         template: &PodTemplateSpec,
@@ -179,31 +266,38 @@ impl Workload {
         Workload {
             kind,
             name,
+            uid,
             component_type: ComponentType::from_label(&label_value),
             label_value,
             container: container.map(|c| c.name.clone()),
             image: container.and_then(|c| c.image.clone()).unwrap_or_default(),
             ready,
             progress_deadline_exceeded: false,
-            selector: BTreeMap::new(),
+            rollout_blocker: None,
             pods: Vec::new(),
         }
     }
 
-    /// Takes in the pods its selector matches.
+    /// The pod is this workload's: [`owner_of`] names its kind and name and, for a StatefulSet, the
+    /// ownerReference carries its uid (a pod left from a deleted StatefulSet of the same name is not).
+    pub fn owns(&self, pod: &Pod) -> bool {
+        if owner_of(pod).is_none_or(|(kind, name)| kind != self.kind || name != self.name) {
+            return false;
+        }
+        match self.kind {
+            WorkloadKind::StatefulSet => controller_of(pod).is_some_and(|o| o.uid == self.uid),
+            WorkloadKind::Deployment => true,
+        }
+    }
+
+    /// Takes in the pods it owns (see [`Workload::owns`]) out of the given ones.
     pub fn attach_pods<'a>(&mut self, pods: impl IntoIterator<Item = &'a Pod>) {
         let Some(container) = self.container.clone() else {
             return;
         };
-        if self.selector.is_empty() {
-            return;
-        }
         self.pods = pods
             .into_iter()
-            .filter(|p| {
-                let labels = p.labels();
-                self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-            })
+            .filter(|p| self.owns(p))
             .filter_map(|p| PodView::from_pod(p, &container))
             .collect();
         self.pods.sort_by(|a, b| a.name.cmp(&b.name));
@@ -402,9 +496,14 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::{
-        apps::v1::{StatefulSetSpec, StatefulSetStatus},
-        core::v1::{Container, PodSpec},
+        apps::v1::{
+            DeploymentCondition, DeploymentSpec, DeploymentStatus,
+            RollingUpdateStatefulSetStrategy, StatefulSetSpec, StatefulSetStatus,
+            StatefulSetUpdateStrategy,
+        },
+        core::v1::{Container, ContainerStatus, PodCondition, PodSpec, PodStatus},
     };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
     use kube::api::ObjectMeta;
 
     use super::*;
@@ -413,6 +512,7 @@ mod tests {
         StatefulSet {
             metadata: ObjectMeta {
                 name: Some("gluesync-gluesync-core-hub".into()),
+                uid: Some("sts-uid".into()),
                 generation: Some(2),
                 labels: Some([(TYPE_LABEL.to_string(), "core-hub".to_string())].into()),
                 annotations: annotation
@@ -449,6 +549,116 @@ mod tests {
         }
     }
 
+    /// A labelled StatefulSet `name` (uid `<name>-uid`, one container "c") with the given selector.
+    fn sts_named(name: &str, selector: LabelSelector) -> StatefulSet {
+        let mut s = sts(&[("c", "x:1")], None);
+        s.metadata.name = Some(name.into());
+        s.metadata.uid = Some(format!("{name}-uid"));
+        s.spec.as_mut().unwrap().selector = selector;
+        s
+    }
+
+    fn deployment(name: &str) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("{name}-uid")),
+                generation: Some(4),
+                labels: Some([(TYPE_LABEL.to_string(), "module".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
+                selector: LabelSelector {
+                    match_labels: Some([("app".to_string(), "shared".to_string())].into()),
+                    ..Default::default()
+                },
+                template: PodTemplateSpec {
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "c".into(),
+                            image: Some("molo17/gluesync-chronos:0.3.2".into()),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            status: Some(DeploymentStatus {
+                observed_generation: Some(4),
+                replicas: Some(1),
+                updated_replicas: Some(1),
+                ready_replicas: Some(1),
+                available_replicas: Some(1),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn owner(kind: &str, name: &str, uid: &str, controller: bool) -> OwnerReference {
+        OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            ..Default::default()
+        }
+    }
+
+    /// A pod labelled `app: shared` (and the given labels), with one container "c" and the given owners.
+    fn pod(name: &str, owners: Vec<OwnerReference>, labels: &[(&str, &str)]) -> Pod {
+        let mut all: BTreeMap<String, String> = [("app".to_string(), "shared".to_string())].into();
+        all.extend(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(format!("{name}-uid")),
+                labels: Some(all),
+                owner_references: Some(owners),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    image: Some("x:1".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn sts_pod(sts: &str, ordinal: u32) -> Pod {
+        pod(
+            &format!("{sts}-{ordinal}"),
+            vec![owner("StatefulSet", sts, &format!("{sts}-uid"), true)],
+            &[],
+        )
+    }
+
+    fn rs_pod(rs: &str, hash: &str, suffix: &str) -> Pod {
+        pod(
+            &format!("{rs}-{suffix}"),
+            vec![owner("ReplicaSet", rs, &format!("{rs}-uid"), true)],
+            &[(POD_TEMPLATE_HASH_LABEL, hash)],
+        )
+    }
+
+    fn names(w: &Workload) -> Vec<&str> {
+        w.pods.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    fn shared() -> LabelSelector {
+        LabelSelector {
+            match_labels: Some([("app".to_string(), "shared".to_string())].into()),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn the_first_container_or_the_annotated_one() {
         let two = [
@@ -457,6 +667,7 @@ mod tests {
         ];
         let w = Workload::from_statefulset(&sts(&two, None)).unwrap();
         assert_eq!(w.container.as_deref(), Some("sidecar"));
+        assert_eq!(w.uid, "sts-uid");
         let w = Workload::from_statefulset(&sts(&two, Some("core-hub"))).unwrap();
         assert_eq!(w.container.as_deref(), Some("core-hub"));
         assert_eq!(w.version().as_deref(), Some("2.3.2.1"));
@@ -491,6 +702,13 @@ mod tests {
             !Workload::from_statefulset(&s).unwrap().ready,
             "replica not ready"
         );
+
+        let mut s = sts(&one, None);
+        s.status.as_mut().unwrap().updated_replicas = Some(1);
+        assert!(
+            !Workload::from_statefulset(&s).unwrap().ready,
+            "replica not updated"
+        );
     }
 
     #[test]
@@ -498,5 +716,213 @@ mod tests {
         let mut s = sts(&[("c", "x:1")], None);
         s.metadata.labels = None;
         assert!(Workload::from_statefulset(&s).is_none());
+    }
+
+    #[test]
+    fn owner_of_reads_the_controller_reference() {
+        assert_eq!(
+            owner_of(&sts_pod("db", 0)),
+            Some((WorkloadKind::StatefulSet, "db".to_string()))
+        );
+        assert_eq!(
+            owner_of(&rs_pod("web-5d4f8b9c7", "5d4f8b9c7", "x2k9p")),
+            Some((WorkloadKind::Deployment, "web".to_string()))
+        );
+        // A Deployment whose name has dashes of its own.
+        assert_eq!(
+            owner_of(&rs_pod("gluesync-chronos-7c9d", "7c9d", "abcde")),
+            Some((WorkloadKind::Deployment, "gluesync-chronos".to_string()))
+        );
+        // A ReplicaSet that no Deployment made: no hash label, or a name that does not end in it.
+        let mut bare = rs_pod("web-5d4f8b9c7", "5d4f8b9c7", "x2k9p");
+        bare.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(POD_TEMPLATE_HASH_LABEL);
+        assert_eq!(owner_of(&bare), None);
+        assert_eq!(owner_of(&rs_pod("web-5d4f8b9c7", "other", "x2k9p")), None);
+        assert_eq!(owner_of(&rs_pod("5d4f8b9c7", "5d4f8b9c7", "x2k9p")), None);
+        // Not a controller reference, another kind, no owner at all.
+        assert_eq!(
+            owner_of(&pod(
+                "p",
+                vec![owner("StatefulSet", "db", "db-uid", false)],
+                &[]
+            )),
+            None
+        );
+        let mut job = owner("Job", "migrate", "job-uid", true);
+        job.api_version = "batch/v1".into();
+        assert_eq!(owner_of(&pod("p", vec![job], &[])), None);
+        assert_eq!(owner_of(&pod("p", vec![], &[])), None);
+    }
+
+    #[test]
+    fn statefulset_pods_are_found_through_their_owner() {
+        let pods = [
+            sts_pod("core-hub", 0),
+            sts_pod("core-hub", 1),
+            sts_pod("other", 0), // same labels, another StatefulSet
+        ];
+
+        // Overlapping selectors: the other StatefulSet's pods match the labels but are not this one's.
+        let mut w = Workload::from_statefulset(&sts_named("core-hub", shared())).unwrap();
+        w.attach_pods(&pods);
+        assert_eq!(names(&w), ["core-hub-0", "core-hub-1"]);
+
+        // A selector with matchExpressions only.
+        let expressions = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "In".into(),
+                values: Some(vec!["shared".into()]),
+            }]),
+            ..Default::default()
+        };
+        let mut w = Workload::from_statefulset(&sts_named("core-hub", expressions)).unwrap();
+        w.attach_pods(&pods);
+        assert_eq!(names(&w), ["core-hub-0", "core-hub-1"]);
+
+        // A pod of an earlier StatefulSet of the same name (another uid) is not this one's.
+        let mut stale = sts_pod("core-hub", 2);
+        stale.metadata.owner_references.as_mut().unwrap()[0].uid = "deleted-uid".into();
+        let mut w = Workload::from_statefulset(&sts_named("core-hub", shared())).unwrap();
+        assert!(!w.owns(&stale));
+        w.attach_pods(pods.iter().chain([&stale]));
+        assert_eq!(names(&w), ["core-hub-0", "core-hub-1"]);
+    }
+
+    #[test]
+    fn deployment_pods_are_found_through_their_replicaset() {
+        let pods = [
+            rs_pod("web-5d4f8b9c7", "5d4f8b9c7", "aaaaa"),
+            rs_pod("web-6b7c8d9f0", "6b7c8d9f0", "bbbbb"), // the old ReplicaSet, still terminating
+            rs_pod("web-api-5d4f8b9c7", "5d4f8b9c7", "ccccc"), // Deployment "web-api"
+            sts_pod("web", 0),                             // a StatefulSet called "web"
+        ];
+        let mut w = Workload::from_deployment(&deployment("web")).unwrap();
+        assert_eq!(w.uid, "web-uid");
+        w.attach_pods(&pods);
+        assert_eq!(names(&w), ["web-5d4f8b9c7-aaaaa", "web-6b7c8d9f0-bbbbb"]);
+
+        let mut w = Workload::from_deployment(&deployment("web-api")).unwrap();
+        w.attach_pods(&pods);
+        assert_eq!(names(&w), ["web-api-5d4f8b9c7-ccccc"]);
+    }
+
+    #[test]
+    fn pod_view_keeps_uid_and_restarts() {
+        let mut p = sts_pod("core-hub", 0);
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "c".into(),
+                restart_count: 3,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let v = PodView::from_pod(&p, "c").unwrap();
+        assert_eq!(v.uid, "core-hub-0-uid");
+        assert_eq!(v.restarts, 3);
+        assert!(v.ready);
+
+        let mut w = Workload::from_statefulset(&sts_named("core-hub", shared())).unwrap();
+        w.attach_pods([&p]);
+        assert_eq!(w.pods, [v]);
+    }
+
+    #[test]
+    fn statefulsets_that_never_roll_out_by_themselves() {
+        let plain = sts_named("core-hub", shared());
+        assert_eq!(
+            Workload::from_statefulset(&plain).unwrap().rollout_blocker,
+            None
+        );
+
+        let mut s = plain.clone();
+        s.spec.as_mut().unwrap().update_strategy = Some(StatefulSetUpdateStrategy {
+            type_: Some("OnDelete".into()),
+            rolling_update: None,
+        });
+        let reason = Workload::from_statefulset(&s).unwrap().rollout_blocker;
+        assert_eq!(
+            reason.as_deref(),
+            Some(
+                "StatefulSet core-hub has updateStrategy OnDelete: its pods never take a new image \
+                 by themselves; GKO needs RollingUpdate"
+            )
+        );
+
+        let with_partition = |partition| {
+            let mut s = plain.clone();
+            s.spec.as_mut().unwrap().update_strategy = Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(partition),
+                    ..Default::default()
+                }),
+            });
+            Workload::from_statefulset(&s).unwrap().rollout_blocker
+        };
+        assert_eq!(
+            with_partition(2).as_deref(),
+            Some(
+                "StatefulSet core-hub has rollingUpdate.partition 2: pods below ordinal 2 keep the \
+                 old image; GKO needs partition 0"
+            )
+        );
+        assert_eq!(with_partition(0), None);
+    }
+
+    #[test]
+    fn a_paused_deployment_never_rolls_out() {
+        assert_eq!(
+            Workload::from_deployment(&deployment("web"))
+                .unwrap()
+                .rollout_blocker,
+            None
+        );
+        let mut d = deployment("web");
+        d.spec.as_mut().unwrap().paused = Some(true);
+        assert_eq!(
+            Workload::from_deployment(&d)
+                .unwrap()
+                .rollout_blocker
+                .as_deref(),
+            Some(
+                "Deployment web is paused (spec.paused: true): it rolls out no new image until it \
+                 is resumed; GKO needs it unpaused"
+            )
+        );
+    }
+
+    #[test]
+    fn progress_deadline_only_for_the_current_generation() {
+        let exceeded = |generation, observed| {
+            let mut d = deployment("web");
+            d.metadata.generation = Some(generation);
+            let status = d.status.as_mut().unwrap();
+            status.observed_generation = Some(observed);
+            status.conditions = Some(vec![DeploymentCondition {
+                type_: "Progressing".into(),
+                status: "False".into(),
+                reason: Some("ProgressDeadlineExceeded".into()),
+                ..Default::default()
+            }]);
+            Workload::from_deployment(&d)
+                .unwrap()
+                .progress_deadline_exceeded
+        };
+        assert!(exceeded(4, 4), "the current rollout ran out of time");
+        assert!(
+            !exceeded(5, 4),
+            "left from the rollout before: the new spec is not seen yet"
+        );
     }
 }

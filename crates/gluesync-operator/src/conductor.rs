@@ -27,8 +27,9 @@ use serde_json::{Value, json};
 
 use crate::{
     api::{ComponentResultStatus, ComponentType, GluesyncPlatform, ReleaseChannel, UpdatePolicy},
-    controller::Context,
+    corehub::{CoreHub, Target},
     version::ImageRef,
+    view::View,
 };
 
 /// Largest request body the API reads.
@@ -160,30 +161,51 @@ pub fn parse_containers_request(
 
 #[derive(Clone)]
 struct Api {
-    ctx: Arc<Context>,
+    view: Arc<View>,
     auth_cache: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
+    /// The Core Hub client for identity checks, built again when the target changes or after a minute.
+    corehub: Arc<tokio::sync::Mutex<Option<(Target, Instant, Arc<CoreHub>)>>>,
     /// One update request at a time.
     updating: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Api {
-    async fn platform(&self) -> Result<GluesyncPlatform, Response> {
-        let api: kube::Api<GluesyncPlatform> =
-            kube::Api::namespaced(self.ctx.writer.client().clone(), self.ctx.namespace());
-        let list = api.list(&Default::default()).await.map_err(|e| {
-            failure(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Kubernetes API unavailable",
-                e.to_string(),
+    /// The namespace's GluesyncPlatform, from the watch cache.
+    fn platform(&self) -> Result<GluesyncPlatform, Response> {
+        self.view
+            .platform()
+            .map(|g| g.as_ref().clone())
+            .ok_or_else(|| {
+                failure(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "No GluesyncPlatform",
+                    format!("namespace {} has no GluesyncPlatform", self.view.namespace),
+                )
+            })
+    }
+
+    /// A Core Hub client for this platform.
+    async fn corehub(&self, gsp: &GluesyncPlatform) -> Result<Arc<CoreHub>, String> {
+        let target = Target::of(gsp, &self.view.workloads(), &self.view.namespace)
+            .ok_or("no Core Hub workload")?;
+        let mut cached = self.corehub.lock().await;
+        if let Some((t, at, client)) = cached.as_ref()
+            && *t == target
+            && at.elapsed() < Duration::from_secs(60)
+        {
+            return Ok(client.clone());
+        }
+        let client = Arc::new(
+            crate::corehub::worker::connect(
+                self.view.writer.client(),
+                &self.view.namespace,
+                self.view.instance.as_deref(),
+                &target,
             )
-        })?;
-        list.items.into_iter().next().ok_or_else(|| {
-            failure(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "No GluesyncPlatform",
-                format!("namespace {} has no GluesyncPlatform", self.ctx.namespace()),
-            )
-        })
+            .await?,
+        );
+        *cached = Some((target, Instant::now(), client.clone()));
+        Ok(client)
     }
 
     /// Asks Core Hub who the caller is, or answers from the cache.
@@ -209,8 +231,7 @@ impl Api {
         {
             return Ok(caller.clone());
         }
-        let gsp = self.platform().await?;
-        let workloads = self.ctx.workloads();
+        let gsp = self.platform()?;
         let verification_failed = |why: String| {
             failure(
                 StatusCode::UNAUTHORIZED,
@@ -218,11 +239,7 @@ impl Api {
                 why,
             )
         };
-        let corehub = self
-            .ctx
-            .corehub(&gsp, &workloads)
-            .await
-            .map_err(verification_failed)?;
+        let corehub = self.corehub(&gsp).await.map_err(verification_failed)?;
         let me = match corehub.me(authorization, cookie).await {
             Ok(Some(me)) => me,
             Ok(None) => {
@@ -271,13 +288,7 @@ async fn unless_self_updating(State(api): State<Api>, req: Request, next: Next) 
     if path.ends_with("/openapi.json") {
         return next.run(req).await;
     }
-    if !path.ends_with("/health")
-        && !api
-            .ctx
-            .metrics
-            .ready
-            .load(std::sync::atomic::Ordering::Relaxed)
-    {
+    if !path.ends_with("/health") && !api.view.ready() {
         // Until the caches have listed the namespace, GKO would answer from a partial view.
         let mut resp = failure(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -288,7 +299,7 @@ async fn unless_self_updating(State(api): State<Api>, req: Request, next: Next) 
             .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         return resp;
     }
-    match api.ctx.self_updating() {
+    match api.view.self_updating() {
         None => next.run(req).await,
         Some(phase) => {
             let mut resp = (
@@ -359,7 +370,7 @@ async fn list_containers(State(api): State<Api>, req: Request) -> Response {
         .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("type=")))
         .map(str::to_string);
     let containers: Vec<Value> = api
-        .ctx
+        .view
         .workloads()
         .iter()
         .map(container_json)
@@ -410,7 +421,7 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
             "wait for it to end, then ask again",
         );
     };
-    let gsp = match api.platform().await {
+    let gsp = match api.platform() {
         Ok(g) => g,
         Err(resp) => return resp,
     };
@@ -428,7 +439,7 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
             "wait for it to end, then ask again",
         );
     }
-    let workloads = api.ctx.workloads();
+    let workloads = api.view.workloads();
     for id in &ids {
         if !workloads.iter().any(|w| &w.name == id) {
             return failure(
@@ -438,9 +449,7 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
             );
         }
     }
-    // Versions to ask for: the latest on the channel, from the catalog.
-    let mut on_channel = gsp.clone();
-    on_channel.spec.release_channel = channel;
+    // Versions to ask for: the latest on the request's channel, from the catalog.
     let latest = if gsp.spec.catalog.offline {
         return failure(
             StatusCode::CONFLICT,
@@ -448,7 +457,8 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
             "this install is offline: set spec.version and spec.modules in the GluesyncPlatform",
         );
     } else {
-        match api.ctx.check_catalog(&on_channel, &workloads).await {
+        let check = crate::catalog::check(&gsp, &workloads, String::new(), channel);
+        match crate::catalog::latest(&check.base, channel, &check.images).await {
             Ok(l) => l,
             Err(e) => {
                 return failure(
@@ -495,9 +505,9 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
     }
     let request_id = format!("ui-{}", jiff::Timestamp::now().as_millisecond());
     if let Err(e) = api
-        .ctx
+        .view
         .writer
-        .write_update_request(&gsp, &version, &modules, &request_id)
+        .write_update_request(&gsp, &version, &modules, &request_id, channel)
         .await
     {
         return failure(
@@ -514,10 +524,12 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
 }
 
 /// Waits until the update of `request_id` has ended, and answers per component from `status.lastAttempt`.
+/// It reads the watch cache each time the GluesyncPlatform changes; it never polls the API server.
 async fn wait_for_attempt(api: &Api, request_id: &str) -> Result<Response, Response> {
-    let deadline = Instant::now() + UPDATE_WAIT;
+    let deadline = tokio::time::Instant::now() + UPDATE_WAIT;
+    let mut changed = api.view.changed.subscribe();
     loop {
-        let gsp = api.platform().await?;
+        let gsp = api.platform()?;
         let status = gsp.status.unwrap_or_default();
         if let Some(attempt) = status
             .last_attempt
@@ -543,14 +555,16 @@ async fn wait_for_attempt(api: &Api, request_id: &str) -> Result<Response, Respo
                 "containers": containers,
             })));
         }
-        if Instant::now() > deadline {
-            return Err(failure(
-                StatusCode::GATEWAY_TIMEOUT,
-                "The update is still running",
-                "follow it with kubectl get gsp -w",
-            ));
+        match tokio::time::timeout_at(deadline, changed.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => {
+                return Err(failure(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "The update is still running",
+                    "follow it with kubectl get gsp -w",
+                ));
+            }
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -587,11 +601,11 @@ async fn service_version(
             );
         }
     };
-    let gsp = match api.platform().await {
+    let gsp = match api.platform() {
         Ok(g) => g,
         Err(resp) => return resp,
     };
-    let workloads = api.ctx.workloads();
+    let workloads = api.view.workloads();
     let Some(w) = workloads.iter().find(|w| w.name == id) else {
         return failure(
             StatusCode::NOT_FOUND,
@@ -634,8 +648,9 @@ async fn service_version(
     };
     let current = w.version();
     let mut to_update = vec![];
+    let check = crate::catalog::check(&gsp, &workloads, String::new(), channel);
     if w.component_type == Some(ComponentType::CoreHub)
-        && let Ok(latest) = api.ctx.check_catalog(&gsp, &workloads).await
+        && let Ok(latest) = crate::catalog::latest(&check.base, channel, &check.images).await
     {
         for m in workloads
             .iter()
@@ -685,10 +700,11 @@ fn routes(api: Api) -> Router {
 }
 
 /// The whole API: bare paths, the same under `/conductor/api/`, a body limit, and 404s in the envelope.
-pub fn router(ctx: Arc<Context>) -> Router {
+pub fn router(view: Arc<View>) -> Router {
     let api = Api {
-        ctx,
+        view,
         auth_cache: Arc::default(),
+        corehub: Arc::default(),
         updating: Arc::default(),
     };
     let r = routes(api.clone());
@@ -713,10 +729,10 @@ pub struct TlsFiles {
 pub async fn serve(
     addr: SocketAddr,
     tls: Option<TlsFiles>,
-    ctx: Arc<Context>,
+    view: Arc<View>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(ctx).into_make_service();
+    let app = router(view).into_make_service();
     match tls {
         None => {
             let listener = tokio::net::TcpListener::bind(addr).await?;

@@ -2,15 +2,20 @@
 //! its `GluesyncPlatform` asks for, and reports what runs.
 
 pub mod api;
+pub mod background;
 pub mod catalog;
 pub mod cluster;
 pub mod conductor;
 pub mod controller;
 pub mod corehub;
+pub mod lease;
 pub mod metrics;
+pub mod operator;
 pub mod status;
 pub mod update;
 pub mod version;
+pub mod view;
+pub mod writer;
 
 /// The CustomResourceDefinition of `GluesyncPlatform`, as YAML.
 pub fn crd_yaml() -> Result<String, serde_yaml::Error> {

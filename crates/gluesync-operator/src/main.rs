@@ -4,7 +4,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use gluesync_operator::{controller, metrics};
+use gluesync_operator::{metrics, operator};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -107,16 +107,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "off" => None,
         addr => Some(addr.parse().context("--conductor-addr")?),
     };
-    let settings = controller::Settings {
-        namespace,
+    let settings = operator::Settings {
         instance: args.instance,
         conductor_addr,
         conductor_tls: args
             .conductor_tls_cert
             .zip(args.conductor_tls_key)
             .map(|(cert, key)| gluesync_operator::conductor::TlsFiles { cert, key }),
+        ..operator::Settings::new(namespace)
     };
-    controller::run(client, settings, metrics, stopped()).await;
+    operator::run(client, settings, metrics, stopped()).await;
     server
         .await
         .context("metrics server")?

@@ -324,13 +324,14 @@ mod tests {
         Workload {
             kind: WorkloadKind::StatefulSet,
             name: name.into(),
+            uid: format!("{name}-uid"),
             component_type: ComponentType::from_label(label),
             label_value: label.into(),
             container: Some("c".into()),
             image: image.into(),
             ready,
             progress_deadline_exceeded: false,
-            selector: Default::default(),
+            rollout_blocker: None,
             pods: vec![],
         }
     }

@@ -407,7 +407,7 @@ async fn core_hub_answering_500_for_a_while_does_not_stop_the_update() -> anyhow
         g.status
             .as_ref()
             .and_then(|s| s.update.as_ref())
-            .is_some_and(|u| u.step == gluesync_operator::api::UpdateStep::CoreHub)
+            .is_some_and(|u| u.step.name() == gluesync_operator::api::UpdateStep::CoreHub)
     })
     .await?;
     assert_eq!(

@@ -37,24 +37,39 @@ pub struct Pipeline {
 }
 
 /// What the simulator does wrong, on purpose.
+///
+/// Maintenance timing: each accepted enter or exit request takes effect on its own, `maintenance_delay_ms`
+/// after it was accepted (at once when 0), whatever other requests came before or after it; an enter
+/// request waits `enter_delay_ms` more. So with `enter_delay_ms` larger than the time between an enter and
+/// the exit that follows it, the exit lands first and the late enter then leaves the pipeline in maintenance
+/// mode: the worst case of a late maintenance request.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Faults {
     /// Every Core Hub answer waits this long.
     pub delay_ms: u64,
-    /// The next `error_count` Core Hub requests whose path starts with `error_path` (any when empty) are
-    /// answered with `error_status` (500 when 0).
+    /// The next `error_count` Core Hub requests whose path starts with `error_path` (any when empty) and
+    /// contains `error_contains` (any when empty) are answered with `error_status` (500 when 0).
+    /// `u32::MAX` never runs out: every such request fails until the fault is cleared.
     pub error_count: u32,
     pub error_status: u16,
     pub error_path: String,
+    /// See `error_count`: e.g. `"/commands/maintenance/exit"` fails only exit requests.
+    pub error_contains: String,
     /// Core Hub requests never get an answer.
     pub hang: bool,
     /// The Core Hub port refuses connections, as when Core Hub is down.
     pub down: bool,
     /// Pipelines that never reach maintenance mode.
     pub stuck: HashSet<String>,
-    /// A pipeline reaches maintenance mode this long after it was asked to.
+    /// An enter or exit request takes effect this long after it was accepted (see above).
     pub maintenance_delay_ms: u64,
+    /// An enter request takes effect this much later again than `maintenance_delay_ms`; exits are not
+    /// delayed by it.
+    pub enter_delay_ms: u64,
+    /// `GET /pipelines` and `GET /pipelines/{id}` answer pipelines without their `isInMaintenanceMode`
+    /// field, as a Core Hub that renamed it would.
+    pub omit_maintenance_field: bool,
     /// Every catalog answer waits this long.
     pub catalog_delay_ms: u64,
 }
@@ -93,6 +108,9 @@ pub struct Calls {
     pub exit: BTreeMap<String, u32>,
     /// Enter requests for a pipeline already in maintenance mode.
     pub enter_while_in_maintenance: u64,
+    /// Every Core Hub API request (login, me, pipelines, maintenance; failed, slow and hung ones too) by
+    /// its `User-Agent` header ("" when it has none). The catalog's requests are not counted here.
+    pub by_agent: BTreeMap<String, u64>,
 }
 
 #[derive(Default)]
@@ -249,10 +267,21 @@ fn unauthorized() -> Response {
 async fn faults(State(sim): State<Sim>, req: Request, next: Next) -> Response {
     let (delay, hang, error) = {
         let mut inner = sim.lock();
+        let agent = req
+            .headers()
+            .get("user-agent")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default();
+        *inner.calls.by_agent.entry(agent).or_default() += 1;
         let f = &mut inner.faults;
         let path = req.uri().path();
-        let error = if f.error_count > 0 && path.starts_with(f.error_path.as_str()) {
-            f.error_count -= 1;
+        let error = if f.error_count > 0
+            && path.starts_with(f.error_path.as_str())
+            && path.contains(f.error_contains.as_str())
+        {
+            if f.error_count != u32::MAX {
+                f.error_count -= 1;
+            }
             Some(if f.error_status == 0 {
                 500
             } else {
@@ -320,7 +349,24 @@ async fn list_pipelines(State(sim): State<Sim>, headers: HeaderMap) -> Response 
     }
     let mut inner = sim.lock();
     inner.calls.list_pipelines += 1;
-    Json(inner.pipelines.values().collect::<Vec<_>>()).into_response()
+    let omit = inner.faults.omit_maintenance_field;
+    Json(
+        inner
+            .pipelines
+            .values()
+            .map(|p| pipeline_json(p, omit))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+/// A pipeline as Core Hub answers it, without `isInMaintenanceMode` when `omit` is set.
+fn pipeline_json(p: &Pipeline, omit: bool) -> serde_json::Value {
+    let mut v = serde_json::to_value(p).unwrap_or_default();
+    if omit && let Some(o) = v.as_object_mut() {
+        o.remove("isInMaintenanceMode");
+    }
+    v
 }
 
 async fn get_pipeline(
@@ -331,8 +377,9 @@ async fn get_pipeline(
     if sim.authenticate(&headers).is_none() {
         return unauthorized();
     }
-    match sim.lock().pipelines.get(&id) {
-        Some(p) => Json(p).into_response(),
+    let inner = sim.lock();
+    match inner.pipelines.get(&id) {
+        Some(p) => Json(pipeline_json(p, inner.faults.omit_maintenance_field)).into_response(),
         None => not_found(&id),
     }
 }
@@ -374,7 +421,10 @@ async fn maintenance(
         if enter && inner.faults.stuck.contains(&id) {
             return (StatusCode::ACCEPTED, "Maintenance command received").into_response();
         }
-        let delay = inner.faults.maintenance_delay_ms;
+        let mut delay = inner.faults.maintenance_delay_ms;
+        if enter {
+            delay = delay.saturating_add(inner.faults.enter_delay_ms);
+        }
         if delay == 0
             && let Some(p) = inner.pipelines.get_mut(&id)
         {
@@ -620,5 +670,294 @@ async fn serve_until_dropped(
             tracing::warn!(error = %e, %addr, "simulator server stopped; retrying");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AGENT: &str = "gluesync-operator/0.1.0 (gko-test)";
+
+    struct Api {
+        http: reqwest::Client,
+        url: String,
+        token: String,
+    }
+
+    impl Api {
+        /// Logs in as `admin` with the User-Agent `agent` (none when `None`).
+        async fn login(sim: &Simulator, agent: Option<&str>) -> Api {
+            let mut builder = reqwest::Client::builder();
+            if let Some(agent) = agent {
+                builder = builder.user_agent(agent);
+            }
+            let http = builder.build().unwrap();
+            let answer: serde_json::Value = http
+                .post(format!("{}/authentication/login", sim.url))
+                .json(&json!({"username": "admin", "password": "admin"}))
+                .send()
+                .await
+                .unwrap()
+                .error_for_status()
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            Api {
+                http,
+                url: sim.url.clone(),
+                token: answer["apiToken"].as_str().unwrap().to_string(),
+            }
+        }
+
+        async fn get(&self, path: &str) -> reqwest::Response {
+            self.http
+                .get(format!("{}{path}", self.url))
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap()
+        }
+
+        async fn maintenance(&self, id: &str, command: &str) -> u16 {
+            self.http
+                .post(format!(
+                    "{}/pipelines/{id}/commands/maintenance/{command}",
+                    self.url
+                ))
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    }
+
+    async fn start() -> Simulator {
+        let sim = Simulator::start(Options::default()).await.unwrap();
+        sim.add_pipelines("p", 3);
+        sim
+    }
+
+    /// Waits up to 5 s for `pipeline` to be in maintenance mode (`on`) or out of it.
+    async fn wait_for_maintenance(sim: &Sim, pipeline: &str, on: bool) {
+        for _ in 0..500 {
+            if sim.in_maintenance().contains(&pipeline.to_string()) == on {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{pipeline} never went in maintenance mode = {on}");
+    }
+
+    #[tokio::test]
+    async fn error_contains_fails_only_matching_paths_until_cleared() {
+        let sim = start().await;
+        let api = Api::login(&sim, None).await;
+        sim.update_faults(|f| {
+            f.error_count = u32::MAX;
+            f.error_status = 503;
+            f.error_contains = "/commands/maintenance/exit".into();
+        });
+        assert_eq!(api.maintenance("p00000", "enter").await, 202);
+        for _ in 0..5 {
+            assert_eq!(api.maintenance("p00000", "exit").await, 503);
+        }
+        assert_eq!(api.get("/pipelines").await.status(), 200);
+        assert_eq!(api.get("/pipelines/p00000").await.status(), 200);
+        assert_eq!(
+            sim.faults().error_count,
+            u32::MAX,
+            "u32::MAX never runs out"
+        );
+        assert_eq!(sim.in_maintenance(), vec!["p00000".to_string()]);
+        assert_eq!(
+            sim.calls().exit.get("p00000"),
+            None,
+            "failed exits never reached Core Hub"
+        );
+
+        sim.update_faults(|f| *f = Faults::default());
+        assert_eq!(api.maintenance("p00000", "exit").await, 202);
+        assert!(sim.in_maintenance().is_empty());
+    }
+
+    #[tokio::test]
+    async fn error_path_and_error_contains_must_both_match() {
+        let sim = start().await;
+        let api = Api::login(&sim, None).await;
+        // error_path alone, as before: a prefix, counted down.
+        sim.update_faults(|f| {
+            f.error_count = 2;
+            f.error_path = "/pipelines".into();
+        });
+        assert_eq!(api.get("/authentication/me").await.status(), 200);
+        assert_eq!(api.get("/pipelines").await.status(), 500);
+        assert_eq!(api.maintenance("p00001", "enter").await, 500);
+        assert_eq!(api.get("/pipelines").await.status(), 200);
+        assert_eq!(sim.faults().error_count, 0);
+        // Both: only exits of p00001.
+        sim.update_faults(|f| {
+            f.error_count = 1;
+            f.error_path = "/pipelines/p00001".into();
+            f.error_contains = "/exit".into();
+        });
+        assert_eq!(api.maintenance("p00000", "exit").await, 202);
+        assert_eq!(api.maintenance("p00001", "enter").await, 202);
+        assert_eq!(api.maintenance("p00001", "exit").await, 500);
+        assert_eq!(api.maintenance("p00001", "exit").await, 202);
+    }
+
+    #[tokio::test]
+    async fn omit_maintenance_field_drops_the_field_from_pipelines() {
+        let sim = start().await;
+        let api = Api::login(&sim, None).await;
+        let list: serde_json::Value = api.get("/pipelines").await.json().await.unwrap();
+        assert_eq!(list[0]["isInMaintenanceMode"], json!(false));
+        let one: serde_json::Value = api.get("/pipelines/p00002").await.json().await.unwrap();
+        assert_eq!(one["isInMaintenanceMode"], json!(false));
+
+        sim.update_faults(|f| f.omit_maintenance_field = true);
+        let list: serde_json::Value = api.get("/pipelines").await.json().await.unwrap();
+        let list = list.as_array().unwrap();
+        assert_eq!(list.len(), 3);
+        for p in list {
+            assert!(p.get("isInMaintenanceMode").is_none(), "{p}");
+            assert!(p.get("id").is_some(), "{p}");
+            assert_eq!(p["configurationCompleted"], json!(true));
+        }
+        let one: serde_json::Value = api.get("/pipelines/p00002").await.json().await.unwrap();
+        assert!(one.get("isInMaintenanceMode").is_none(), "{one}");
+        assert_eq!(one["id"], json!("p00002"));
+        // Maintenance still works; only the field is hidden.
+        assert_eq!(api.maintenance("p00002", "enter").await, 202);
+        assert_eq!(sim.in_maintenance(), vec!["p00002".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn calls_are_counted_by_user_agent() {
+        let sim = start().await;
+        sim.set_catalog("gluesync-core-hub", CatalogEntry::all("2.1.0"));
+        let gko = Api::login(&sim, Some(AGENT)).await;
+        assert_eq!(gko.get("/authentication/me").await.status(), 200);
+        assert_eq!(gko.get("/pipelines").await.status(), 200);
+        assert_eq!(gko.get("/pipelines/p00000").await.status(), 200);
+        assert_eq!(gko.maintenance("p00000", "enter").await, 202);
+        assert_eq!(gko.maintenance("p00000", "exit").await, 202);
+        // Failed requests are counted too.
+        sim.update_faults(|f| {
+            f.error_count = 1;
+            f.error_contains = "/exit".into();
+        });
+        assert_eq!(gko.maintenance("p00000", "exit").await, 500);
+        let anonymous = Api::login(&sim, None).await;
+        assert_eq!(anonymous.get("/pipelines").await.status(), 200);
+        // The catalog is not Core Hub.
+        assert_eq!(
+            gko.get("/agent/gluesync-core-hub/version").await.status(),
+            200
+        );
+
+        let calls = sim.calls();
+        assert_eq!(
+            calls.by_agent,
+            BTreeMap::from([(AGENT.to_string(), 7), (String::new(), 2)])
+        );
+        assert_eq!(calls.catalog, 1);
+    }
+
+    #[tokio::test]
+    async fn maintenance_delay_applies_to_enter_and_exit() {
+        let sim = start().await;
+        let api = Api::login(&sim, None).await;
+        sim.update_faults(|f| f.maintenance_delay_ms = 300);
+        assert_eq!(api.maintenance("p00000", "enter").await, 202);
+        assert!(sim.in_maintenance().is_empty(), "enter lands late");
+        wait_for_maintenance(&sim, "p00000", true).await;
+        assert_eq!(api.maintenance("p00000", "exit").await, 202);
+        assert_eq!(
+            sim.in_maintenance(),
+            vec!["p00000".to_string()],
+            "exit lands late"
+        );
+        wait_for_maintenance(&sim, "p00000", false).await;
+    }
+
+    #[tokio::test]
+    async fn enter_delay_lets_a_late_enter_land_after_a_later_exit() {
+        let sim = start().await;
+        let api = Api::login(&sim, None).await;
+        sim.update_faults(|f| f.enter_delay_ms = 400);
+        let asked = tokio::time::Instant::now();
+        assert_eq!(api.maintenance("p00001", "enter").await, 202);
+        assert!(sim.in_maintenance().is_empty());
+        // The exit lands at once, before the enter...
+        assert_eq!(api.maintenance("p00001", "exit").await, 202);
+        assert!(sim.in_maintenance().is_empty());
+        // ...which then leaves the pipeline in maintenance mode.
+        wait_for_maintenance(&sim, "p00001", true).await;
+        assert!(asked.elapsed() >= Duration::from_millis(400));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sim.in_maintenance(), vec!["p00001".to_string()]);
+
+        // With maintenance_delay_ms too, exits wait that long and enters the sum of both.
+        sim.update_faults(|f| {
+            f.maintenance_delay_ms = 200;
+            f.enter_delay_ms = 300;
+        });
+        let asked = tokio::time::Instant::now();
+        assert_eq!(api.maintenance("p00001", "exit").await, 202);
+        assert_eq!(sim.in_maintenance(), vec!["p00001".to_string()]);
+        wait_for_maintenance(&sim, "p00001", false).await;
+        assert!(asked.elapsed() >= Duration::from_millis(200));
+        let asked = tokio::time::Instant::now();
+        assert_eq!(api.maintenance("p00001", "enter").await, 202);
+        wait_for_maintenance(&sim, "p00001", true).await;
+        assert!(asked.elapsed() >= Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn admin_api_sets_and_shows_the_new_fields() {
+        let sim = start().await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, admin_router(sim.sim.clone()))
+                .await
+                .unwrap();
+        });
+        let http = reqwest::Client::new();
+        let status = http
+            .put(format!("{admin}/_sim/faults"))
+            .json(&json!({
+                "errorCount": 1,
+                "errorContains": "/commands/maintenance/exit",
+                "enterDelayMs": 250,
+                "omitMaintenanceField": true,
+            }))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 204);
+        let state: serde_json::Value = http
+            .get(format!("{admin}/_sim/state"))
+            .header("user-agent", AGENT)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let faults = &state["faults"];
+        assert_eq!(faults["errorContains"], json!("/commands/maintenance/exit"));
+        assert_eq!(faults["enterDelayMs"], json!(250));
+        assert_eq!(faults["omitMaintenanceField"], json!(true));
+        assert_eq!(faults["errorPath"], json!(""));
+        // The admin API is not Core Hub: its calls are not counted.
+        assert_eq!(state["calls"]["byAgent"], json!({}));
+        server.abort();
     }
 }

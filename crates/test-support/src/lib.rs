@@ -4,8 +4,16 @@
 //! The control plane is `hack/controlplane.sh`'s: a real etcd, kube-apiserver, kube-controller-manager,
 //! kube-scheduler and kwok on loopback. `up` is idempotent and locked, so every test binary and thread may
 //! call [`control_plane`]; the first starts the cluster and the others reuse it.
+//!
+//! Faults of the shared control plane are not made by restarting it: a [`FaultProxy`] in front of the API
+//! server, for the process under test only, goes down, slows down or drops connections instead.
+
+pub mod proxy;
+
+pub use proxy::FaultProxy;
 
 use std::{
+    net::{SocketAddr, ToSocketAddrs as _},
     path::{Path, PathBuf},
     process::Command,
     sync::OnceLock,
@@ -90,6 +98,46 @@ impl ControlPlane {
             ..Default::default()
         };
         Ok(Client::try_from(config)?)
+    }
+
+    /// The API server's address, from the kubeconfig's current context (or its only cluster).
+    pub fn api_server_addr(&self) -> anyhow::Result<SocketAddr> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let cluster_name = kubeconfig
+            .current_context
+            .as_ref()
+            .and_then(|current| kubeconfig.contexts.iter().find(|c| &c.name == current))
+            .and_then(|c| c.context.as_ref())
+            .map(|c| c.cluster.clone());
+        let cluster = kubeconfig
+            .clusters
+            .iter()
+            .find(|c| cluster_name.is_none() || cluster_name.as_ref() == Some(&c.name))
+            .and_then(|c| c.cluster.as_ref())
+            .context("the kubeconfig names no cluster")?;
+        let server = cluster
+            .server
+            .as_deref()
+            .context("the kubeconfig's cluster has no server")?;
+        let authority = server
+            .split_once("://")
+            .map_or(server, |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let with_port = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            authority.to_string()
+        } else {
+            format!("{authority}:443")
+        };
+        with_port
+            .to_socket_addrs()
+            .with_context(|| format!("resolving the API server {server}"))?
+            .next()
+            .with_context(|| format!("the API server {server} resolves to no address"))
     }
 
     /// A command for one of the control plane's binaries (kubectl, helm), pointed at the cluster.

@@ -7,8 +7,8 @@ use std::{sync::Arc, time::Duration};
 use gko_test_support::{TestNamespace, eventually};
 use gluesync_operator::{
     api::{FIELD_MANAGER, GluesyncPlatform},
-    controller,
     metrics::Metrics,
+    operator,
 };
 use kube::{
     Api, Client, CustomResourceExt,
@@ -94,13 +94,13 @@ impl Operator {
             .try_init();
         let metrics = Arc::new(Metrics::default());
         let (stop, mut rx) = watch::channel(false);
-        let settings = controller::Settings {
-            namespace: ns.name.clone(),
+        let settings = operator::Settings {
             instance: Some("test".into()),
             conductor_addr,
             conductor_tls,
+            ..operator::Settings::new(ns.name.clone())
         };
-        let task = tokio::spawn(controller::run(
+        let task = tokio::spawn(operator::run(
             client,
             settings,
             metrics.clone(),
@@ -275,4 +275,163 @@ pub async fn image_of(ns: &TestNamespace, kind: &str, name: &str) -> anyhow::Res
         ])?
         .trim()
         .to_string())
+}
+
+/// The operator binary, as a user runs it, on one namespace: its standard error is kept (and echoed),
+/// its metrics served on a port of its own.
+pub struct Gko {
+    child: std::process::Child,
+    pub metrics_url: String,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// How to start a [`Gko`].
+#[derive(Default)]
+pub struct GkoOptions {
+    /// Its name in the Lease, events and Core Hub's User-Agent.
+    pub instance: Option<String>,
+    /// A kubeconfig other than the control plane's (a fault proxy's).
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Gko {
+    pub fn spawn(ns: &TestNamespace, options: GkoOptions) -> anyhow::Result<Gko> {
+        use std::io::BufRead;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gluesync-operator"));
+        cmd.args([
+            "run",
+            "--namespace",
+            &ns.name,
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--conductor-addr",
+            "off",
+        ])
+        .env(
+            "KUBECONFIG",
+            options.kubeconfig.as_ref().unwrap_or(&ns.cp.kubeconfig),
+        )
+        .env("RUST_LOG", "info,kube=warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+        if let Some(instance) = &options.instance {
+            cmd.env("POD_NAME", instance);
+        }
+        for (k, v) in &options.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn()?;
+        let stderr = child.stderr.take().expect("piped");
+        let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let keep = lines.clone();
+        let name = options.instance.clone().unwrap_or_else(|| "gko".into());
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                eprintln!("[{name}] {line}");
+                keep.lock().map(|mut l| l.push(line)).ok();
+            }
+        });
+        Ok(Gko {
+            child,
+            metrics_url: format!("http://127.0.0.1:{port}/metrics"),
+            lines,
+        })
+    }
+
+    /// Has it written a line containing `text` to standard error?
+    pub fn said(&self, text: &str) -> bool {
+        self.lines
+            .lock()
+            .map(|l| l.iter().any(|line| line.contains(text)))
+            .unwrap_or(false)
+    }
+
+    /// Waits until it has written `text`.
+    pub async fn wait_for_line(&self, text: &str, timeout: Duration) -> anyhow::Result<()> {
+        eventually(&format!("GKO to say {text:?}"), timeout, || async {
+            Ok(self.said(text).then_some(()))
+        })
+        .await
+    }
+
+    /// SIGKILL, as the kernel's OOM killer or a node loss would.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// SIGTERM, as Kubernetes stops a pod, and waits for it to exit.
+    pub fn terminate(&mut self) -> anyhow::Result<()> {
+        std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// The value of one of its metrics (0 when absent).
+    pub async fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let body = reqwest::get(&self.metrics_url).await?.text().await?;
+        Ok(body
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0.0))
+    }
+}
+
+impl Drop for Gko {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The step of the update that runs, if one does.
+pub fn step_of(g: &GluesyncPlatform) -> Option<gluesync_operator::api::UpdateStep> {
+    g.status
+        .as_ref()
+        .and_then(|s| s.update.as_ref())
+        .map(|u| u.step.name())
+}
+
+/// Waits until the update is at `step`.
+pub async fn wait_for_step(
+    ns: &TestNamespace,
+    step: gluesync_operator::api::UpdateStep,
+) -> anyhow::Result<GluesyncPlatform> {
+    wait_for_platform(ns, &format!("step {step:?}"), |g| step_of(g) == Some(step)).await
+}
+
+/// Waits until the update of `generation` (or a later one) has ended, and returns the platform.
+pub async fn wait_finished(
+    ns: &TestNamespace,
+    generation: i64,
+) -> anyhow::Result<GluesyncPlatform> {
+    let api = platforms(ns);
+    eventually("the update to finish", Duration::from_secs(180), || {
+        let api = api.clone();
+        async move {
+            let g = api.get("gluesync").await?;
+            let done = g.status.as_ref().is_some_and(|s| {
+                s.update.is_none()
+                    && s.last_attempt
+                        .as_ref()
+                        .is_some_and(|a| a.generation.unwrap_or(0) >= generation)
+            });
+            Ok(done.then_some(g))
+        }
+    })
+    .await
 }

@@ -1,7 +1,12 @@
 //! The version catalog: `GET {base}/agent/{image}/version` answers the latest version of an image on each
 //! release channel.
 
-use std::{collections::BTreeMap, time::Duration};
+pub mod poller;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -16,6 +21,94 @@ use crate::{
 };
 
 pub const DEFAULT_URL: &str = "https://api.backoffice.molo17.com";
+
+/// A catalog check the update engine wants made in the background.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    /// Names this check: the answer carries it back, and a new token asks for a new check.
+    pub token: String,
+    pub channel: ReleaseChannel,
+    pub base: String,
+    /// Image names (the last segment of each repository) to ask about.
+    pub images: BTreeSet<String>,
+}
+
+/// The answer to a [`Check`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub token: String,
+    /// When the check was made.
+    pub at: Time,
+    /// Latest version per image name on the channel, or why the catalog could not say.
+    pub result: Result<BTreeMap<String, String>, String>,
+}
+
+/// The check of every managed image of `gsp` on `channel`.
+pub fn check(
+    gsp: &GluesyncPlatform,
+    workloads: &[crate::cluster::Workload],
+    token: String,
+    channel: ReleaseChannel,
+) -> Check {
+    Check {
+        token,
+        channel,
+        base: gsp
+            .spec
+            .catalog
+            .url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_URL.to_string()),
+        images: workloads
+            .iter()
+            .filter(|w| w.component_type.is_some())
+            .map(|w| ImageRef::parse(&w.image).name().to_string())
+            .collect(),
+    }
+}
+
+/// The token of the periodic check that is due: it changes once a check was taken into the status, or
+/// when the check-now annotation takes a new value.
+pub fn due_token(gsp: &GluesyncPlatform) -> String {
+    let state = gsp.status.as_ref().and_then(|s| s.catalog.as_ref());
+    format!(
+        "due/{}/{}/{}",
+        state
+            .and_then(|c| c.last_attempt_at.as_ref())
+            .map_or(0, |t| t.0.as_second()),
+        gsp.annotations()
+            .get(CHECK_NOW_ANNOTATION)
+            .map_or("", String::as_str),
+        gsp.spec.release_channel.as_str(),
+    )
+}
+
+/// Latest versions on `channel` of each image in `images`; why not, when the catalog cannot say. An
+/// image the catalog does not know has no entry.
+pub async fn latest(
+    base: &str,
+    channel: ReleaseChannel,
+    images: &BTreeSet<String>,
+) -> Result<BTreeMap<String, String>, String> {
+    let client =
+        CatalogClient::new(base).map_err(|e| format!("building the catalog client: {e}"))?;
+    let mut out = BTreeMap::new();
+    for name in images {
+        match client.entry(name).await {
+            Ok(entry) => {
+                if let Some(v) = entry.latest(channel) {
+                    out.insert(name.clone(), v.to_string());
+                }
+            }
+            Err(Error::UnknownImage(_)) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, image = %name, "version catalog");
+                return Err(e.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
 
 /// The catalog's answer for one image.
 #[derive(Clone, Debug, Deserialize, PartialEq, Default)]

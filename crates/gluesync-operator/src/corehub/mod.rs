@@ -3,10 +3,92 @@
 //! Every call has a timeout; connection errors, timeouts and 5xx answers are retried with backoff; a 401
 //! logs in again once. What is left is an [`Error`] that says what failed.
 
-use std::time::Duration;
+pub mod worker;
 
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use tokio::sync::Mutex;
+
+/// Where and how to reach Core Hub, as the spec and the namespace say; the worker reads the Secrets.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    pub url: String,
+    pub credentials_secret: Option<String>,
+    pub ca_secret: Option<String>,
+    pub insecure_skip_verify: bool,
+}
+
+impl Target {
+    /// Core Hub of this platform: the spec's URL, else the Core Hub workload's Service on port 1717 over
+    /// HTTPS. `None` when there is no Core Hub workload to name.
+    pub fn of(
+        gsp: &crate::api::GluesyncPlatform,
+        workloads: &[crate::cluster::Workload],
+        namespace: &str,
+    ) -> Option<Target> {
+        let spec = &gsp.spec.core_hub;
+        let url = match &spec.url {
+            Some(u) => u.clone(),
+            None => {
+                let w = workloads
+                    .iter()
+                    .find(|w| w.component_type == Some(crate::api::ComponentType::CoreHub))?;
+                format!("https://{}.{namespace}.svc:1717", w.name)
+            }
+        };
+        Some(Target {
+            url,
+            credentials_secret: spec.credentials_secret.clone(),
+            ca_secret: spec.ca_secret.clone(),
+            insecure_skip_verify: spec.insecure_skip_verify,
+        })
+    }
+}
+
+/// What the update engine wants of Core Hub right now, handed to the background worker. Declarative:
+/// the same work given twice is done once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Work {
+    pub target: Target,
+    /// Requests are sent once per epoch (an update, or the resumption of leftovers between updates).
+    pub epoch: String,
+    /// Pipelines to be asked, once this epoch, to enter maintenance mode. Each was recorded in
+    /// `status.pausedPipelines` before it appears here.
+    pub enter: Arc<BTreeSet<String>>,
+    /// Pipelines to be asked to leave maintenance mode: once this epoch, and again while Core Hub still
+    /// lists them in maintenance mode.
+    pub exit: Arc<BTreeSet<String>>,
+    /// How often to list the pipelines.
+    pub poll: Duration,
+}
+
+/// One `GET /pipelines`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Listing {
+    /// When the request was sent: the list says nothing of what happened after.
+    pub at: Time,
+    pub result: Result<Arc<Vec<Pipeline>>, String>,
+}
+
+/// What the worker has seen and done for the current epoch: the engine reads it back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    pub epoch: String,
+    /// The latest list of pipelines.
+    pub listing: Option<Listing>,
+    /// Exit requests Core Hub accepted this epoch, with when they were sent.
+    pub exits: BTreeMap<String, Time>,
+    /// Enter requests Core Hub accepted this epoch.
+    pub entered: usize,
+    /// The latest failed maintenance request, if the latest round had one.
+    pub error: Option<String>,
+}
 
 /// How GKO proves who it is to Core Hub.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -61,21 +143,13 @@ pub enum Error {
     Client(String),
 }
 
-/// A pipeline, with the fields GKO reads.
+/// A pipeline, with the fields GKO reads. `isInMaintenanceMode` is required: an answer without it (a
+/// renamed field in a new Core Hub) is an error, never "running".
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Pipeline {
     pub id: String,
-    #[serde(default)]
     pub is_in_maintenance_mode: bool,
-}
-
-/// `GET /pipelines` answers a bare list; some versions wrap it as `{pipelines: [...]}`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum PipelineList {
-    Bare(Vec<Pipeline>),
-    Wrapped { pipelines: Vec<Pipeline> },
 }
 
 /// A caller as Core Hub knows it.
@@ -100,7 +174,24 @@ impl CoreHub {
         tls: &Tls,
         retry: Retry,
     ) -> Result<CoreHub, Error> {
+        Self::new_as(base, credentials, tls, retry, None)
+    }
+
+    /// A client whose requests name this GKO process in their `User-Agent`
+    /// (`gluesync-operator/<version> (<instance>)`), so Core Hub's logs tell which GKO called.
+    pub fn new_as(
+        base: &str,
+        credentials: Credentials,
+        tls: &Tls,
+        retry: Retry,
+        instance: Option<&str>,
+    ) -> Result<CoreHub, Error> {
+        let agent = match instance {
+            Some(i) => format!("gluesync-operator/{} ({i})", env!("CARGO_PKG_VERSION")),
+            None => format!("gluesync-operator/{}", env!("CARGO_PKG_VERSION")),
+        };
         let mut builder = reqwest::Client::builder()
+            .user_agent(agent)
             .timeout(retry.timeout)
             .connect_timeout(retry.timeout.min(Duration::from_secs(5)))
             .use_rustls_tls();
@@ -325,15 +416,22 @@ impl CoreHub {
     }
 }
 
-/// Parses `GET /pipelines`.
+/// Parses `GET /pipelines`: a bare list, or one wrapped as `{pipelines: [...]}`. Every pipeline must
+/// carry `id` and `isInMaintenanceMode`; the error names what is missing.
 pub fn parse_pipelines(body: &[u8]) -> Result<Vec<Pipeline>, Error> {
-    match serde_json::from_slice::<PipelineList>(body) {
-        Ok(PipelineList::Bare(p)) | Ok(PipelineList::Wrapped { pipelines: p }) => Ok(p),
-        Err(e) => Err(Error::BadAnswer {
-            what: "GET /pipelines".into(),
-            reason: e.to_string(),
-        }),
-    }
+    let bad = |reason: String| Error::BadAnswer {
+        what: "GET /pipelines".into(),
+        reason,
+    };
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    let list = match value {
+        serde_json::Value::Array(_) => value,
+        serde_json::Value::Object(mut o) if o.get("pipelines").is_some_and(|p| p.is_array()) => {
+            o.remove("pipelines").unwrap_or_default()
+        }
+        _ => return Err(bad("neither a list nor {pipelines: [...]}".into())),
+    };
+    serde_json::from_value(list).map_err(|e| bad(e.to_string()))
 }
 
 fn urlencode(s: &str) -> String {
@@ -381,6 +479,9 @@ mod tests {
         assert!(parse_pipelines(wrapped).unwrap()[0].is_in_maintenance_mode);
         assert!(parse_pipelines(b"<html>").is_err());
         assert!(parse_pipelines(br#"[{"name":"no id"}]"#).is_err());
+        // A Core Hub that renamed the field: an error, never "running".
+        let err = parse_pipelines(br#"[{"id":"a","maintenance":true}]"#).unwrap_err();
+        assert!(err.to_string().contains("isInMaintenanceMode"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,351 @@
+//! The background worker that talks to Core Hub for one GluesyncPlatform: it resolves the credentials,
+//! sends the maintenance requests the engine wants (enter once per epoch; exit once per epoch and again
+//! while Core Hub still lists the pipeline in maintenance mode), lists the pipelines, and reports what it
+//! saw. Every call is made only while this GKO holds the Lease.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time};
+use kube::Api;
+use tracing::{info, warn};
+
+use super::{CoreHub, Credentials, Listing, Report, Retry, Target, Tls, Work};
+use crate::{
+    background::{Input, lock},
+    lease::Leadership,
+    metrics::Metrics,
+};
+
+/// How many maintenance requests are in flight at once.
+const CONCURRENCY: usize = 64;
+/// An exit request is sent again when Core Hub still lists the pipeline in maintenance mode this long
+/// after it accepted the last one.
+const RESEND_EXIT: Duration = Duration::from_secs(15);
+/// Credentials are read again this often (a rotated Secret is picked up).
+const REREAD_SECRETS: Duration = Duration::from_secs(60);
+/// The pause after a round with errors.
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// What every worker shares.
+pub struct Env {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub leadership: Leadership,
+    pub instance: Option<String>,
+    pub metrics: Arc<Metrics>,
+    /// Set on shutdown: no new call starts.
+    pub stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Env {
+    /// May this worker call Core Hub now? Only the Lease holder, and not once shutdown began.
+    fn may_call(&self) -> bool {
+        self.leadership.is_leader() && !self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+fn now() -> Time {
+    Time(jiff::Timestamp::now())
+}
+
+async fn secret(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api
+        .get(name)
+        .await
+        .map_err(|e| format!("reading Secret {name}: {e}"))?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, ByteString(v))| (k, String::from_utf8_lossy(&v).trim().to_string()))
+        .collect())
+}
+
+/// A Core Hub client for `target`, with the credentials and CA its Secrets (in `namespace`) hold now,
+/// naming this GKO process (`instance`) in its requests.
+pub async fn connect(
+    client: &kube::Client,
+    namespace: &str,
+    instance: Option<&str>,
+    target: &Target,
+) -> Result<CoreHub, String> {
+    let credentials = match &target.credentials_secret {
+        None => Credentials::None,
+        Some(name) => {
+            let data = secret(client, namespace, name).await?;
+            match (
+                data.get("token"),
+                data.get("username"),
+                data.get("password"),
+            ) {
+                (Some(t), _, _) => Credentials::Token(t.clone()),
+                (None, Some(u), Some(p)) => Credentials::Password {
+                    username: u.clone(),
+                    password: p.clone(),
+                },
+                _ => {
+                    return Err(format!(
+                        "Secret {name} has neither token nor username and password"
+                    ));
+                }
+            }
+        }
+    };
+    let ca_pem = match &target.ca_secret {
+        None => None,
+        Some(name) => Some(
+            secret(client, namespace, name)
+                .await?
+                .get("ca.crt")
+                .cloned()
+                .ok_or(format!("Secret {name} has no ca.crt"))?,
+        ),
+    };
+    let tls = Tls {
+        ca_pem,
+        insecure_skip_verify: target.insecure_skip_verify,
+    };
+    CoreHub::new_as(&target.url, credentials, &tls, Retry::default(), instance)
+        .map_err(|e| e.to_string())
+}
+
+/// Sends one kind of maintenance request to each of `ids`, while this GKO holds the Lease: the ids Core
+/// Hub accepted, with when it answered, and the first failure.
+async fn send(
+    env: &Env,
+    client: &CoreHub,
+    ids: Vec<String>,
+    enter: bool,
+) -> (Vec<(String, Time)>, Option<String>, usize) {
+    let results: Vec<(String, Result<Time, String>)> = stream::iter(ids)
+        .map(|id| async move {
+            if !env.may_call() {
+                return (
+                    id,
+                    Err("this GKO does not hold the Lease, or is stopping".to_string()),
+                );
+            }
+            let r = client
+                .set_maintenance(&id, enter)
+                .await
+                .map(|()| now())
+                .map_err(|e| e.to_string());
+            (id, r)
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    let mut ok = vec![];
+    let mut first = None;
+    let mut failed = 0;
+    for (id, r) in results {
+        match r {
+            Ok(at) => ok.push((id, at)),
+            Err(e) => {
+                failed += 1;
+                first.get_or_insert(e);
+            }
+        }
+    }
+    if failed > 0 {
+        env.metrics.corehub_errors.inc_by(failed as u64);
+        let verb = if enter { "enter" } else { "exit" };
+        warn!(
+            failed,
+            verb,
+            error = first.as_deref().unwrap_or(""),
+            "maintenance requests failed; retrying"
+        );
+    }
+    (ok, first, failed)
+}
+
+/// Waits `wait`, or less when the wanted work asks for a request not sent yet. `false` when the
+/// controller is gone.
+async fn pause(
+    input: &mut Input<Work, Report>,
+    wait: Duration,
+    epoch: &str,
+    entered: &HashSet<String>,
+) -> bool {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        tokio::select! {
+            changed = input.want.changed() => {
+                if changed.is_err() {
+                    return false;
+                }
+                let urgent = match &*input.want.borrow() {
+                    None => true,
+                    Some(w) => {
+                        let report = lock(&input.report);
+                        w.epoch != epoch
+                            || w.enter.iter().any(|id| !entered.contains(id))
+                            || w.exit.iter().any(|id| !report.exits.contains_key(id))
+                    }
+                };
+                if urgent {
+                    return true;
+                }
+            }
+            _ = tokio::time::sleep_until(until) => return true,
+        }
+    }
+}
+
+/// Runs until the controller drops the work's sender.
+pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
+    let mut connection: Option<(Target, Instant, Arc<CoreHub>)> = None;
+    let mut epoch = String::new();
+    let mut entered: HashSet<String> = HashSet::new();
+    let mut leader = env.leadership.subscribe();
+    loop {
+        let Some(work) = input.want.borrow_and_update().clone() else {
+            if input.want.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        if !env.may_call() {
+            tokio::select! {
+                changed = input.want.changed() => if changed.is_err() { return },
+                _ = leader.changed() => {},
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {},
+            }
+            continue;
+        }
+        if work.epoch != epoch {
+            epoch = work.epoch.clone();
+            entered.clear();
+            *lock(&input.report) = Report {
+                epoch: epoch.clone(),
+                ..Default::default()
+            };
+        }
+        let client = match &connection {
+            Some((target, at, client))
+                if *target == work.target && at.elapsed() < REREAD_SECRETS =>
+            {
+                client.clone()
+            }
+            _ => match connect(
+                &env.client,
+                &env.namespace,
+                env.instance.as_deref(),
+                &work.target,
+            )
+            .await
+            {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    connection = Some((work.target.clone(), Instant::now(), c.clone()));
+                    c
+                }
+                Err(e) => {
+                    {
+                        let mut report = lock(&input.report);
+                        report.listing = Some(Listing {
+                            at: now(),
+                            result: Err(e.clone()),
+                        });
+                        report.error = Some(e);
+                    }
+                    input.wake.wake();
+                    if !pause(&mut input, ERROR_PAUSE.max(work.poll), &epoch, &entered).await {
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
+
+        // Enter: once per epoch.
+        let to_enter: Vec<String> = work
+            .enter
+            .iter()
+            .filter(|id| !entered.contains(*id))
+            .cloned()
+            .collect();
+        let mut errors = None;
+        if !to_enter.is_empty() {
+            let count = to_enter.len();
+            let (ok, error, _) = send(&env, &client, to_enter, true).await;
+            info!(
+                asked = count,
+                accepted = ok.len(),
+                "maintenance enter requests sent"
+            );
+            entered.extend(ok.into_iter().map(|(id, _)| id));
+            errors = errors.or(error);
+        }
+
+        // Exit: once per epoch, and again while Core Hub still lists the pipeline in maintenance mode.
+        let to_exit: Vec<String> = {
+            let report = lock(&input.report);
+            let still_paused = |id: &str, asked: &Time| {
+                matches!(&report.listing, Some(Listing { at, result: Ok(list) })
+                    if at.0 > asked.0
+                        && list.iter().any(|p| p.id == id && p.is_in_maintenance_mode))
+            };
+            work.exit
+                .iter()
+                .filter(|id| match report.exits.get(*id) {
+                    None => true,
+                    Some(asked) => {
+                        jiff::Timestamp::now().duration_since(asked.0).as_secs() as u64
+                            >= RESEND_EXIT.as_secs()
+                            && still_paused(id, asked)
+                    }
+                })
+                .cloned()
+                .collect()
+        };
+        if !to_exit.is_empty() {
+            let count = to_exit.len();
+            let (ok, error, _) = send(&env, &client, to_exit, false).await;
+            info!(
+                asked = count,
+                accepted = ok.len(),
+                "maintenance exit requests sent"
+            );
+            lock(&input.report).exits.extend(ok);
+            errors = errors.or(error);
+        }
+
+        // List, and report.
+        if !env.may_call() {
+            continue;
+        }
+        let at = now();
+        let result = client.pipelines().await.map(Arc::new).map_err(|e| {
+            env.metrics.corehub_errors.inc();
+            e.to_string()
+        });
+        let failed = errors.is_some() || result.is_err();
+        {
+            let mut report = lock(&input.report);
+            report.entered = entered.len();
+            report.error = errors;
+            report.listing = Some(Listing { at, result });
+        }
+        input.wake.wake();
+        let wait = if failed {
+            work.poll.max(ERROR_PAUSE)
+        } else {
+            work.poll
+        };
+        if !pause(&mut input, wait, &epoch, &entered).await {
+            return;
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! One GKO process on one namespace: the watch caches, the Lease, the background workers, the controller
+//! and the Conductor API, started together and stopped in order (the controller, then the Core Hub calls
+//! in hand, then the Lease is released).
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    core::v1::Pod,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        Controller, WatchStreamExt,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use tracing::{info, warn};
+
+use crate::{
+    api::{GluesyncPlatform, TYPE_LABEL},
+    background::Tasks,
+    cluster,
+    controller::{self, Context},
+    corehub::worker,
+    lease::{self, Leadership},
+    metrics::Metrics,
+    view::View,
+    writer::Writer,
+};
+
+/// Settings of one GKO process.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The namespace GKO manages; it never looks outside it.
+    pub namespace: String,
+    /// This process's name in events and in the Lease (the pod name in a cluster).
+    pub instance: Option<String>,
+    /// Address of the Conductor API, if it is served.
+    pub conductor_addr: Option<std::net::SocketAddr>,
+    /// The Conductor API's certificate and key, for HTTPS.
+    pub conductor_tls: Option<crate::conductor::TlsFiles>,
+    /// Leader election durations; `None` runs without a Lease (a single GKO, as in some tests).
+    pub leader_election: Option<lease::Durations>,
+}
+
+impl Settings {
+    pub fn new(namespace: impl Into<String>) -> Settings {
+        Settings {
+            namespace: namespace.into(),
+            instance: None,
+            conductor_addr: None,
+            conductor_tls: None,
+            leader_election: Some(lease::Durations::default()),
+        }
+    }
+}
+
+/// A watch of one kind in the namespace, into a cache, without managed fields (they are large and unused).
+fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, config)
+            .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+            .default_backoff(),
+    )
+    .touched_objects();
+    (store, stream)
+}
+
+/// The identity of this process in the Lease: the pod name, else `gluesync-operator` and the host name.
+fn identity(settings: &Settings) -> String {
+    settings.instance.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        format!("gluesync-operator-{host}")
+    })
+}
+
+/// Runs GKO on one namespace until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = settings.namespace.as_str();
+    let (leadership, elector) = match &settings.leader_election {
+        Some(durations) => {
+            let (l, e) = lease::start(client.clone(), ns, identity(&settings), durations.clone());
+            (l, Some(e))
+        }
+        None => (Leadership::always(), None),
+    };
+
+    let labelled = watcher::Config::default().labels(TYPE_LABEL).any_semantic();
+    let (statefulsets, sts_stream) = cached(
+        Api::<StatefulSet>::namespaced(client.clone(), ns),
+        labelled.clone(),
+    );
+    let (deployments, deploy_stream) =
+        cached(Api::<Deployment>::namespaced(client.clone(), ns), labelled);
+    let (pods, pod_stream) = cached(
+        Api::<Pod>::namespaced(client.clone(), ns),
+        watcher::Config::default().any_semantic(),
+    );
+    // One watch of the GluesyncPlatforms feeds the controller and the Conductor API's view; `changed`
+    // moves on each of its events (what the Conductor API waits on).
+    let changed = tokio::sync::watch::channel(0u64).0;
+    let (platforms, gsp_stream) = cached(
+        Api::<GluesyncPlatform>::namespaced(client.clone(), ns),
+        watcher::Config::default().any_semantic(),
+    );
+    let bump = changed.clone();
+    let gsp_stream = gsp_stream.inspect(move |_| bump.send_modify(|n| *n = n.wrapping_add(1)));
+    let controller = Controller::for_stream(gsp_stream, platforms.clone());
+
+    let view = Arc::new(View {
+        namespace: ns.to_string(),
+        writer: Writer::new(
+            client.clone(),
+            metrics.clone(),
+            settings.instance.clone(),
+            leadership.clone(),
+        ),
+        metrics: metrics.clone(),
+        platforms: platforms.clone(),
+        statefulsets: statefulsets.clone(),
+        deployments: deployments.clone(),
+        pods: pods.clone(),
+        changed,
+        instance: settings.instance.clone(),
+    });
+
+    // Background work wakes the controller for its platform.
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let env = Arc::new(worker::Env {
+        client: client.clone(),
+        namespace: ns.to_string(),
+        leadership: leadership.clone(),
+        instance: settings.instance.clone(),
+        metrics: metrics.clone(),
+        stopping: Default::default(),
+    });
+    let worker_env = env.clone();
+    let corehub = Tasks::new(wake.clone(), move |input| {
+        worker::run(worker_env.clone(), input)
+    });
+    let catalog = Tasks::new(wake, crate::catalog::poller::run);
+    let ctx = Arc::new(Context::new(view.clone(), corehub, catalog));
+
+    let (stop_api, mut api_stopped) = tokio::sync::watch::channel(false);
+    if let Some(addr) = settings.conductor_addr {
+        let tls = settings.conductor_tls.clone();
+        let api_view = view.clone();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = api_stopped.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crate::conductor::serve(addr, tls, api_view, stopped).await {
+                warn!(error = %e, %addr, "the Conductor API stopped");
+            }
+        });
+    }
+
+    // Ready once every cache has listed the namespace; the Lease has nothing to do with it.
+    let ready_metrics = metrics.clone();
+    let (s, d, p) = (statefulsets, deployments, pods);
+    tokio::spawn(async move {
+        if s.wait_until_ready().await.is_ok()
+            && d.wait_until_ready().await.is_ok()
+            && p.wait_until_ready().await.is_ok()
+        {
+            ready_metrics.ready.store(true, Ordering::Relaxed);
+        }
+    });
+
+    // Every platform is reconciled when a workload changes, when a pod a managed workload owns changes,
+    // and when this GKO takes the Lease.
+    let every_platform = {
+        let platforms = platforms.clone();
+        move || {
+            platforms
+                .state()
+                .iter()
+                .map(|g| ObjectRef::from_obj(g.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let (for_sts, for_deploy) = (every_platform.clone(), every_platform.clone());
+    let managed = view.clone();
+    let for_pods = move |pod: Pod| {
+        let owned = cluster::owner_of(&pod).is_some_and(|(_, name)| {
+            managed
+                .statefulsets
+                .state()
+                .iter()
+                .any(|s| s.name_any() == name)
+                || managed
+                    .deployments
+                    .state()
+                    .iter()
+                    .any(|d| d.name_any() == name)
+        });
+        if owned { every_platform() } else { vec![] }
+    };
+    let acquired = futures::stream::unfold(leadership.subscribe(), |mut taken| async move {
+        loop {
+            taken.changed().await.ok()?;
+            if *taken.borrow_and_update() {
+                return Some(((), taken));
+            }
+        }
+    });
+    let cleanup = ctx.clone();
+    let live_platforms = platforms.clone();
+    let forget = tokio::spawn(async move {
+        // Background work of deleted platforms stops.
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let live: HashSet<String> = live_platforms
+                .state()
+                .iter()
+                .filter_map(|g| g.uid())
+                .collect();
+            cleanup.corehub.retain(|uid| live.contains(uid));
+            cleanup.catalog.retain(|uid| live.contains(uid));
+        }
+    });
+
+    info!(
+        namespace = ns,
+        "watching GluesyncPlatforms, labelled workloads and their pods"
+    );
+    controller
+        .watches_stream(sts_stream, move |_| for_sts())
+        .watches_stream(deploy_stream, move |_| for_deploy())
+        .watches_stream(pod_stream, for_pods)
+        .reconcile_on(woken)
+        .reconcile_all_on(acquired)
+        .graceful_shutdown_on(shutdown)
+        .run(controller::reconcile, controller::error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                match e {
+                    kube::runtime::controller::Error::ReconcilerFailed(..) => {}
+                    other => warn!(error = %other, "controller"),
+                }
+            }
+        })
+        .await;
+    forget.abort();
+    let _ = stop_api.send(true);
+    // The Core Hub calls in hand finish; then the Lease goes, so another GKO takes over at once.
+    env.stopping.store(true, Ordering::Relaxed);
+    ctx.corehub.stop(Duration::from_secs(5)).await;
+    drop(ctx);
+    if let Some(elector) = elector {
+        elector.release().await;
+    }
+    info!("controller stopped");
+}

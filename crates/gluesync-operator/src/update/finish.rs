@@ -1,0 +1,152 @@
+//! The end of an update: `status.lastAttempt`, `status.history`, the phase and the closing event.
+
+use super::{Decision, HISTORY_LIMIT, Observed, rollout::is_core};
+use crate::{
+    api::{
+        Attempt, ComponentResult, ComponentResultStatus, ComponentState, GluesyncPlatform,
+        HistoryEntry, PlannedComponent, UpdateResult, UpdateStatus,
+    },
+    status,
+    version::ImageRef,
+};
+
+fn version_of(image: &str) -> Option<String> {
+    ImageRef::parse(image)
+        .tag
+        .map(|t| t.split('-').next().unwrap_or(&t).to_string())
+}
+
+pub(super) fn finish(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: UpdateStatus,
+    mut d: Decision,
+) -> Decision {
+    let now = obs.now.clone();
+    let not_resumed = d.status.paused_pipelines.clone();
+    let modules_failed: Vec<&PlannedComponent> = u
+        .components
+        .iter()
+        .filter(|c| {
+            !is_core(c) && matches!(c.state, ComponentState::RolledBack | ComponentState::Failed)
+        })
+        .collect();
+    let result = match &u.outcome {
+        Some(o) => o.result,
+        None if !modules_failed.is_empty() || !not_resumed.is_empty() => UpdateResult::Degraded,
+        None => UpdateResult::Succeeded,
+    };
+    let message = match result {
+        UpdateResult::Succeeded => "update finished".to_string(),
+        UpdateResult::Refused | UpdateResult::Failed => u
+            .outcome
+            .as_ref()
+            .map_or_else(|| format!("{result:?}"), |o| o.message.clone()),
+        UpdateResult::Degraded => {
+            let mut parts: Vec<String> = modules_failed
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} rolled back: {}",
+                        c.name,
+                        c.message.clone().unwrap_or_default()
+                    )
+                })
+                .collect();
+            if !not_resumed.is_empty() {
+                parts.push(format!(
+                    "{} pipelines not resumed yet (GKO keeps resuming them)",
+                    not_resumed.len()
+                ));
+            }
+            parts.join("; ")
+        }
+    };
+    let results = u
+        .components
+        .iter()
+        .map(|c| {
+            let from = version_of(&c.from_image);
+            let to = c.to_image.as_deref().and_then(version_of);
+            let (status, msg) = match c.state {
+                ComponentState::Updated => (ComponentResultStatus::Ok, None),
+                ComponentState::RolledBack => {
+                    (ComponentResultStatus::RolledBack, c.message.clone())
+                }
+                ComponentState::Failed => (ComponentResultStatus::Error, c.message.clone()),
+                ComponentState::Skipped => (
+                    ComponentResultStatus::Skipped,
+                    Some(c.message.clone().unwrap_or_else(|| {
+                        format!("already at {}", from.clone().unwrap_or_default())
+                    })),
+                ),
+                _ => (
+                    ComponentResultStatus::Skipped,
+                    Some(match result {
+                        UpdateResult::Refused => "update refused".to_string(),
+                        UpdateResult::Failed => "not attempted: Core Hub failed".to_string(),
+                        _ => "not attempted".to_string(),
+                    }),
+                ),
+            };
+            ComponentResult {
+                name: c.name.clone(),
+                status,
+                from,
+                to,
+                message: msg,
+            }
+        })
+        .collect();
+    let mut paused_all = u.resumed_pipelines.clone();
+    paused_all.extend(not_resumed.iter().cloned());
+    paused_all.sort();
+    let attempt = Attempt {
+        target: u.target.clone(),
+        request_id: u.request_id.clone(),
+        generation: Some(u.generation),
+        result,
+        message: message.clone(),
+        started_at: Some(u.started_at.clone()),
+        finished_at: now.clone(),
+        results,
+        paused_pipelines: paused_all,
+        resumed_pipelines: u.resumed_pipelines.clone(),
+    };
+    let entry = HistoryEntry {
+        from: u.from.clone(),
+        to: u.target.clone(),
+        result,
+        message: message.clone(),
+        request_id: u.request_id.clone(),
+        started_at: Some(u.started_at.clone()),
+        finished_at: now.clone(),
+        previous_images: u
+            .components
+            .iter()
+            .map(|c| (c.name.clone(), c.from_image.clone()))
+            .collect(),
+    };
+    let mut status = d.status.clone();
+    status.update = None;
+    status.last_attempt = Some(attempt);
+    status.history.insert(0, entry);
+    status.history.truncate(HISTORY_LIMIT);
+    if result == UpdateResult::Refused {
+        status.phase = u.previous_phase;
+    }
+    let done = GluesyncPlatform {
+        status: Some(status),
+        ..gsp.clone()
+    };
+    d.status = status::idle(&done, obs.workloads, &now);
+    let (warning, reason) = match result {
+        UpdateResult::Succeeded => (false, "UpdateSucceeded"),
+        UpdateResult::Degraded => (true, "UpdateDegraded"),
+        UpdateResult::Failed => (true, "UpdateFailed"),
+        UpdateResult::Refused => (true, "UpdateRefused"),
+    };
+    d.event(warning, reason, message);
+    d.again = false;
+    d
+}

@@ -1,0 +1,385 @@
+//! The update, as a pure state machine.
+//!
+//! [`decide`] takes the GluesyncPlatform (its spec, and its status, GKO's only memory) and what the cluster,
+//! Core Hub and the catalog look like now, and returns the next status, the actions to take once that
+//! status is written, the background work wanted of Core Hub and the catalog, the events to record and
+//! when to look again. It does no I/O. Every action is an "ensure" (an image that should be X, a
+//! finalizer that should be there), so doing one again after a restart does no harm; what must not be
+//! forgotten (a pipeline GKO is about to pause) is in the status before the work that needs it.
+//!
+//! The step that runs is a [`Step`] value that carries when it began and its deadline. The pipelines GKO
+//! paused are a ledger (`status.pausedPipelines`) that outlives the update: whatever ends the update, GKO
+//! keeps asking Core Hub to resume them until Core Hub lists them running (see [`pipelines`]).
+
+mod finish;
+mod pipelines;
+mod plan;
+mod rollout;
+#[cfg(test)]
+mod tests;
+
+use std::{collections::BTreeMap, time::Duration};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use crate::{
+    api::{
+        ComponentType, FINALIZER, GluesyncPlatform, GluesyncPlatformStatus, Outcome, Phase,
+        ReleaseChannel, Step, UpdateResult, UpdateStatus, UpdateStep, WorkloadKind,
+    },
+    catalog::{Answer, Check},
+    cluster::Workload,
+    corehub::{Report, Target, Work},
+    status::{self, READY, RECONCILING, STALLED},
+};
+
+pub use plan::target_image;
+
+/// How many updates `status.history` keeps.
+pub const HISTORY_LIMIT: usize = 10;
+
+/// Latest versions of one image on the release channel, from the catalog.
+pub type Catalog = BTreeMap<String, String>;
+
+/// What GKO sees when it decides.
+pub struct Observed<'a> {
+    pub now: Time,
+    pub workloads: &'a [Workload],
+    /// What the background Core Hub worker has seen and done for this platform.
+    pub corehub: &'a Report,
+    /// The catalog's latest answer for this platform, if any.
+    pub catalog: Option<&'a Answer>,
+    /// Where Core Hub is, when GKO can tell (the spec's URL, else the Core Hub workload's Service).
+    pub target: Option<Target>,
+}
+
+/// Something to do once the new status is written.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    SetImage {
+        kind: WorkloadKind,
+        name: String,
+        container: String,
+        image: String,
+    },
+    DeletePod(String),
+    /// Put GKO's finalizer on the GluesyncPlatform.
+    AddFinalizer,
+    /// Take GKO's finalizer off: nothing is left to settle (or a deleted platform waited long enough).
+    RemoveFinalizer,
+}
+
+/// A Kubernetes event to record on the GluesyncPlatform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// What [`decide`] says to do.
+#[derive(Debug, PartialEq)]
+pub struct Decision {
+    pub status: GluesyncPlatformStatus,
+    pub actions: Vec<Action>,
+    pub events: Vec<Event>,
+    /// The work wanted of Core Hub in the background; `None`: none.
+    pub corehub: Option<Work>,
+    /// The catalog check wanted in the background; `None`: none.
+    pub catalog: Option<Check>,
+    /// Look again after this long even if nothing changes (a deadline, a stability window).
+    pub requeue: Option<Duration>,
+    /// The step moved on: decide again at once, from the status just written.
+    pub again: bool,
+}
+
+impl Decision {
+    fn new(status: GluesyncPlatformStatus) -> Decision {
+        Decision {
+            status,
+            actions: vec![],
+            events: vec![],
+            corehub: None,
+            catalog: None,
+            requeue: None,
+            again: false,
+        }
+    }
+
+    fn event(&mut self, warning: bool, reason: &'static str, message: impl Into<String>) {
+        self.events.push(Event {
+            warning,
+            reason,
+            message: message.into(),
+        });
+    }
+
+    fn requeue(&mut self, after: Duration) {
+        self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+    }
+
+    /// Look again when `deadline` passes.
+    fn requeue_at(&mut self, deadline: &Time, now: &Time) {
+        let ms = deadline.0.as_millisecond() - now.0.as_millisecond();
+        self.requeue(Duration::from_millis(ms.max(0) as u64 + 10));
+    }
+}
+
+pub(crate) fn secs(from: &Time, to: &Time) -> i64 {
+    (to.0.as_second() - from.0.as_second()).max(0)
+}
+
+pub(crate) fn plus(t: &Time, seconds: i64) -> Time {
+    Time(
+        t.0.checked_add(jiff::SignedDuration::from_secs(seconds))
+            .unwrap_or(t.0),
+    )
+}
+
+fn passed(deadline: &Time, now: &Time) -> bool {
+    now.0 >= deadline.0
+}
+
+/// The step `name`, starting now, with its deadline.
+fn step(gsp: &GluesyncPlatform, name: UpdateStep, now: &Time) -> Step {
+    let since = now.clone();
+    let after = |s: i64| plus(now, s);
+    match name {
+        UpdateStep::Preflight => Step::Preflight {
+            since,
+            deadline: after(plan::CATALOG_WAIT_SECONDS),
+        },
+        UpdateStep::Snapshot => Step::Snapshot { since },
+        UpdateStep::Drain => Step::Drain {
+            since,
+            deadline: after(gsp.spec.drain_timeout_seconds),
+        },
+        UpdateStep::CoreHub => Step::CoreHub {
+            since,
+            deadline: after(gsp.spec.stability_timeout_seconds),
+        },
+        UpdateStep::CoreHubRollback => Step::CoreHubRollback {
+            since,
+            deadline: after(gsp.spec.stability_timeout_seconds),
+        },
+        UpdateStep::Resume => Step::Resume {
+            since,
+            deadline: after(gsp.spec.drain_timeout_seconds),
+        },
+        UpdateStep::Modules => Step::Modules { since },
+        UpdateStep::Finish => Step::Finish { since },
+    }
+}
+
+/// Moves the update to step `next`, and asks to decide again at once.
+fn move_to(
+    gsp: &GluesyncPlatform,
+    u: &mut UpdateStatus,
+    next: UpdateStep,
+    now: &Time,
+    d: &mut Decision,
+) {
+    u.step = step(gsp, next, now);
+    d.again = true;
+}
+
+/// Sets the outcome the update will end with, unless one is already known.
+fn settle_outcome(u: &mut UpdateStatus, result: UpdateResult, message: String) {
+    if u.outcome.is_none() {
+        u.outcome = Some(Outcome { result, message });
+    }
+}
+
+/// The next move for this GluesyncPlatform.
+pub fn decide(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
+    // A catalog answer not yet taken in goes into the status first, so that the phase reads it.
+    let mut taken = None;
+    if let Some(answer) = obs.catalog
+        && answer.token == crate::catalog::due_token(gsp)
+        && crate::catalog::due(gsp, &obs.now).is_some_and(|d| d.is_zero())
+    {
+        let mut checked = gsp.clone();
+        let mut status = checked.status.clone().unwrap_or_default();
+        let failed_before = status.catalog.as_ref().and_then(|c| c.error.clone());
+        status.components = status::components(gsp, obs.workloads);
+        crate::catalog::apply(gsp, &mut status, &answer.result, &answer.at);
+        checked.status = Some(status);
+        let newly_failed = answer
+            .result
+            .as_ref()
+            .err()
+            .filter(|_| failed_before.is_none());
+        taken = Some((checked, newly_failed.cloned()));
+    }
+    let gsp = taken.as_ref().map_or(gsp, |(g, _)| g);
+    let mut d = decide_now(gsp, obs);
+    if let Some((_, Some(why))) = taken {
+        d.event(true, "CatalogCheckFailed", why);
+    }
+    d
+}
+
+fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
+    let status = gsp.status.clone().unwrap_or_default();
+    let Some(mut u) = status.update.clone() else {
+        return idle(gsp, obs);
+    };
+    let mut d = Decision::new(status);
+    if gsp.metadata.deletion_timestamp.is_some() {
+        cancel_for_deletion(gsp, &mut u, &obs.now, &mut d);
+    }
+    let name = u.step.name();
+    match name {
+        UpdateStep::Preflight => plan::preflight(gsp, obs, &mut u, &mut d),
+        UpdateStep::Snapshot => plan::snapshot(gsp, obs, &mut u, &mut d),
+        UpdateStep::Drain => pipelines::drain(gsp, obs, &mut u, &mut d),
+        UpdateStep::CoreHub => rollout::core_hub(gsp, obs, &mut u, &mut d),
+        UpdateStep::CoreHubRollback => rollout::rollback(gsp, obs, &mut u, &mut d),
+        UpdateStep::Resume => pipelines::resume(gsp, obs, &mut u, &mut d),
+        UpdateStep::Modules => rollout::modules(gsp, obs, &mut u, &mut d),
+        UpdateStep::Finish => return finish::finish(gsp, obs, u, d),
+    }
+    if matches!(name, UpdateStep::Modules) && !d.again {
+        // Leftover pipelines are resumed while the modules roll.
+        pipelines::ledger(gsp, obs, &mut d, None);
+    }
+    if !gsp.finalizers().iter().any(|f| f == FINALIZER) && gsp.metadata.deletion_timestamp.is_none()
+    {
+        d.actions.insert(0, Action::AddFinalizer);
+    }
+    mark_updating(gsp, obs, &mut d, u);
+    d
+}
+
+/// A deleted platform's update stops where it is safe to stop: nothing new is changed, a half-made Core
+/// Hub change is put back, and the paused pipelines are resumed; then the update finishes and the
+/// finalizer goes. A module being rolled out is left to finish its own rollout.
+fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time, d: &mut Decision) {
+    let why = "the GluesyncPlatform is being deleted".to_string();
+    let next = match u.step.name() {
+        UpdateStep::Preflight | UpdateStep::Snapshot | UpdateStep::Modules => {
+            Some(UpdateStep::Finish)
+        }
+        UpdateStep::Drain => Some(UpdateStep::Resume),
+        UpdateStep::CoreHub => {
+            let patched = rollout::start_core_rollback(u);
+            Some(if patched {
+                UpdateStep::CoreHubRollback
+            } else {
+                UpdateStep::Resume
+            })
+        }
+        UpdateStep::CoreHubRollback | UpdateStep::Resume | UpdateStep::Finish => None,
+    };
+    if let Some(next) = next {
+        settle_outcome(
+            u,
+            UpdateResult::Failed,
+            format!("{why}: the update was stopped during {:?}", u.step.name()),
+        );
+        d.status.message = Some(format!("{why}; stopping the update safely"));
+        d.event(
+            true,
+            "UpdateCancelled",
+            format!("{why}: stopping the update during {:?}", u.step.name()),
+        );
+        u.step = step(gsp, next, now);
+    }
+}
+
+/// Phase Updating, the conditions of an update in flight, the update itself, and the components as they
+/// run now (`status.version` moves once Core Hub is ready on a new version).
+fn mark_updating(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision, u: UpdateStatus) {
+    let now = &obs.now;
+    let generation = gsp.metadata.generation.unwrap_or(0);
+    d.status.components = status::components(gsp, obs.workloads);
+    if let Some(core_hub) = d
+        .status
+        .components
+        .iter()
+        .find(|c| c.component_type == ComponentType::CoreHub && c.ready)
+    {
+        d.status.version = core_hub.version.clone();
+    }
+    let message = d.status.message.clone().unwrap_or_default();
+    let reason = format!("Update{:?}", u.step.name());
+    d.status.conditions = [
+        (READY, false, "UpdateInProgress", message.clone()),
+        (RECONCILING, true, reason.as_str(), message.clone()),
+        (STALLED, false, "UpdateInProgress", message),
+    ]
+    .into_iter()
+    .map(|(t, v, r, m)| status::condition(&d.status.conditions, t, v, r, &m, generation, now))
+    .collect();
+    d.status.observed_generation = Some(generation);
+    d.status.phase = Some(Phase::Updating);
+    d.status.update = Some(u);
+}
+
+/// The channel an update takes its versions from: the Core Hub UI's request for this `requestID`, else
+/// the spec's.
+fn request_channel(gsp: &GluesyncPlatform) -> ReleaseChannel {
+    #[derive(serde::Deserialize)]
+    struct Request {
+        id: String,
+        channel: ReleaseChannel,
+    }
+    gsp.annotations()
+        .get(crate::api::REQUEST_ANNOTATION)
+        .and_then(|a| serde_json::from_str::<Request>(a).ok())
+        .filter(|r| Some(&r.id) == gsp.spec.request_id.as_ref())
+        .map_or(gsp.spec.release_channel, |r| r.channel)
+}
+
+/// No update runs: start one if the spec asks for it; else report what runs, resume leftover pipelines,
+/// check the catalog when due, and let a deleted platform go once nothing is left to settle.
+fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
+    let deleting = gsp.metadata.deletion_timestamp.is_some();
+    if !deleting && let Some(d) = plan::start(gsp, obs) {
+        return d;
+    }
+    let mut d = Decision::new(status::idle(gsp, obs.workloads, &obs.now));
+    d.status.update = None;
+    let deadline = gsp
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| plus(t, gsp.spec.drain_timeout_seconds));
+    pipelines::ledger(gsp, obs, &mut d, deadline.as_ref());
+    let settled = d.status.paused_pipelines.is_empty() && d.status.late_maintenance.is_none();
+    let has_finalizer = gsp.finalizers().iter().any(|f| f == FINALIZER);
+    if has_finalizer && (settled || deadline.as_ref().is_some_and(|t| passed(t, &obs.now))) {
+        if deleting && !settled {
+            let left = &d.status.paused_pipelines;
+            d.event(
+                true,
+                "PipelinesNotResumed",
+                format!(
+                    "the GluesyncPlatform is deleted and Core Hub did not resume {} pipelines within {} s; \
+                     they stay in maintenance mode: {}",
+                    left.len(),
+                    gsp.spec.drain_timeout_seconds,
+                    pipelines::sample(left)
+                ),
+            );
+            d.corehub = None;
+        }
+        d.actions.push(Action::RemoveFinalizer);
+    }
+    if !deleting {
+        match crate::catalog::due(gsp, &obs.now) {
+            Some(wait) if wait.is_zero() => {
+                d.catalog = Some(crate::catalog::check(
+                    gsp,
+                    obs.workloads,
+                    crate::catalog::due_token(gsp),
+                    gsp.spec.release_channel,
+                ));
+            }
+            Some(wait) => d.requeue(wait),
+            None => {}
+        }
+    }
+    d
+}

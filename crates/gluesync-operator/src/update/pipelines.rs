@@ -1,0 +1,431 @@
+//! The pipelines GKO pauses, and the promise that it resumes every one of them.
+//!
+//! `status.pausedPipelines` is a ledger. A pipeline goes into it before GKO asks Core Hub to put it into
+//! maintenance mode, and leaves it only when GKO has asked Core Hub to take it out (at least once,
+//! whatever the latest list says) and a list of pipelines fetched after that request shows it running
+//! (or no longer lists it). Drain fills the ledger; Resume empties it; whatever is left when Resume's
+//! deadline passes, or when the update ends, GKO keeps resuming between updates, with the ledger in the
+//! status, a message and a Warning event while it lasts.
+//!
+//! Late arrivals: a pipeline that was asked to enter maintenance mode and had not reached it when the
+//! drain gave up may still reach it later (Core Hub accepted the request and applies it late). Such
+//! pipelines go into `status.lateMaintenance` for `max(drainTimeoutSeconds, 60)` seconds after the drain
+//! gave up; one that shows up in maintenance mode in that time goes back into the ledger and is resumed.
+
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{Decision, Observed, move_to, passed, plus, settle_outcome};
+use crate::{
+    api::{GluesyncPlatform, LateMaintenance, UpdateResult, UpdateStatus, UpdateStep},
+    corehub::{Listing, Pipeline, Work},
+    status::{self, READY, RECONCILING, STALLED},
+};
+
+/// How often Core Hub is listed while pipelines drain or resume.
+const POLL_FAST: Duration = Duration::from_millis(250);
+/// How often Core Hub is listed while GKO resumes leftovers between updates.
+const POLL_LEFTOVERS: Duration = Duration::from_secs(1);
+/// How often Core Hub is listed while only late maintenance requests are watched for.
+const POLL_WATCH: Duration = Duration::from_secs(5);
+/// Shortest time late maintenance requests are watched for after a drain gave up.
+const LATE_WINDOW_MIN_SECONDS: i64 = 60;
+/// Condition reason while leftovers are being resumed between updates.
+const NOT_RESUMED: &str = "PipelinesNotResumed";
+
+/// The background epoch of an update: maintenance requests are sent once per epoch.
+pub(super) fn epoch(u: &UpdateStatus) -> String {
+    format!("update/{}/{}", u.generation, u.started_at.0.as_second())
+}
+
+/// The epoch of resuming leftovers between updates.
+const LEFTOVERS: &str = "leftovers";
+
+/// Up to 20 ids, for messages.
+pub(super) fn sample(ids: &[String]) -> String {
+    let mut s = ids.iter().take(20).cloned().collect::<Vec<_>>().join(", ");
+    if ids.len() > 20 {
+        s.push_str(&format!(", and {} more", ids.len() - 20));
+    }
+    s
+}
+
+/// The latest list of pipelines of this epoch, fetched at or after `since`.
+fn listing<'a>(obs: &'a Observed, epoch: &str, since: Option<&Time>) -> Option<&'a Listing> {
+    (obs.corehub.epoch == epoch)
+        .then_some(obs.corehub.listing.as_ref())
+        .flatten()
+        .filter(|l| since.is_none_or(|s| l.at.0 >= s.0))
+}
+
+fn in_maintenance(list: &[Pipeline]) -> BTreeSet<&str> {
+    list.iter()
+        .filter(|p| p.is_in_maintenance_mode)
+        .map(|p| p.id.as_str())
+        .collect()
+}
+
+/// The work for Core Hub: these pipelines asked in, those asked out.
+fn work(
+    obs: &Observed,
+    epoch: String,
+    enter: BTreeSet<String>,
+    exit: BTreeSet<String>,
+    poll: Duration,
+) -> Option<Work> {
+    Some(Work {
+        target: obs.target.clone()?,
+        epoch,
+        enter: Arc::new(enter),
+        exit: Arc::new(exit),
+        poll,
+    })
+}
+
+/// Why Core Hub could not be asked, if the worker says so.
+fn corehub_error(obs: &Observed, epoch: &str) -> Option<String> {
+    if obs.corehub.epoch != epoch {
+        return None;
+    }
+    match obs.corehub.listing.as_ref().map(|l| &l.result) {
+        Some(Err(e)) => Some(e.clone()),
+        _ => obs.corehub.error.clone(),
+    }
+}
+
+pub(super) fn drain(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    let epoch = epoch(u);
+    let since = u.step.since().clone();
+    let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
+    let list = match listing(obs, &epoch, Some(&since)).map(|l| &l.result) {
+        Some(Ok(list)) => Some(list.clone()),
+        Some(Err(e)) => {
+            d.status.message = Some(format!("waiting for Core Hub to list pipelines: {e}"));
+            None
+        }
+        None => {
+            d.status.message = Some("asking Core Hub for the running pipelines".into());
+            None
+        }
+    };
+    let Some(list) = list else {
+        if passed(&deadline, now) {
+            let why = corehub_error(obs, &epoch).unwrap_or_else(|| "no answer".into());
+            return drain_timeout(
+                gsp,
+                obs,
+                u,
+                d,
+                None,
+                format!("Core Hub could not be asked ({why})"),
+            );
+        }
+        d.corehub = work(obs, epoch, BTreeSet::new(), BTreeSet::new(), POLL_FAST);
+        d.requeue_at(&deadline, now);
+        return;
+    };
+    let running: Vec<String> = list
+        .iter()
+        .filter(|p| !p.is_in_maintenance_mode)
+        .map(|p| p.id.clone())
+        .collect();
+    if running.is_empty() {
+        d.status.message = Some(format!(
+            "{} pipelines in maintenance mode; changing the Core Hub image",
+            d.status.paused_pipelines.len()
+        ));
+        move_to(gsp, u, UpdateStep::CoreHub, now, d);
+        return;
+    }
+    if passed(&deadline, now) {
+        return drain_timeout(
+            gsp,
+            obs,
+            u,
+            d,
+            Some(&list),
+            format!(
+                "{} pipelines did not reach maintenance mode ({})",
+                running.len(),
+                sample(&running)
+            ),
+        );
+    }
+    // Record every running pipeline before asking Core Hub to pause it.
+    let known: BTreeSet<&str> = d
+        .status
+        .paused_pipelines
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let new: Vec<String> = running
+        .iter()
+        .filter(|id| !known.contains(id.as_str()))
+        .cloned()
+        .collect();
+    if !new.is_empty() {
+        let more = if d.status.paused_pipelines.is_empty() {
+            ""
+        } else {
+            " more"
+        };
+        d.event(
+            false,
+            "PipelinesPaused",
+            format!(
+                "asked {}{more} running pipelines to enter maintenance mode",
+                new.len()
+            ),
+        );
+        d.status.paused_pipelines.extend(new);
+    }
+    d.status.message = Some(format!(
+        "waiting for {} of {} pipelines to reach maintenance mode",
+        running.len(),
+        d.status.paused_pipelines.len()
+    ));
+    d.corehub = work(
+        obs,
+        epoch,
+        running.into_iter().collect(),
+        BTreeSet::new(),
+        POLL_FAST,
+    );
+    d.requeue_at(&deadline, now);
+}
+
+fn drain_timeout(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+    list: Option<&[Pipeline]>,
+    what: String,
+) {
+    let now = &obs.now;
+    let timeout = gsp.spec.drain_timeout_seconds;
+    // Asked in but not seen in maintenance mode: their request may still land.
+    let seen: BTreeSet<&str> = list.map(in_maintenance).unwrap_or_default();
+    let late: Vec<String> = d
+        .status
+        .paused_pipelines
+        .iter()
+        .filter(|id| !seen.contains(id.as_str()))
+        .cloned()
+        .collect();
+    let window = timeout.max(LATE_WINDOW_MIN_SECONDS);
+    if !late.is_empty() {
+        d.status.late_maintenance = Some(LateMaintenance {
+            pipelines: late,
+            until: plus(now, timeout.max(window)),
+        });
+    }
+    let message = format!(
+        "{what} within {timeout} s; resuming every pipeline GKO asked to pause, and watching {window} s more \
+         for maintenance requests Core Hub applies late; the update is refused"
+    );
+    d.event(true, "DrainTimeout", message.clone());
+    settle_outcome(
+        u,
+        UpdateResult::Refused,
+        format!("{what} within {timeout} s"),
+    );
+    d.status.message = Some(message);
+    move_to(gsp, u, UpdateStep::Resume, now, d);
+}
+
+/// What of the ledger Core Hub has resumed: asked out this epoch, and listed running (or not listed at
+/// all) by a list fetched after the request was sent. Late arrivals go back into the ledger.
+fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<String> {
+    let Some(Listing {
+        at,
+        result: Ok(list),
+    }) = listing(obs, epoch, None)
+    else {
+        return vec![];
+    };
+    let paused = in_maintenance(list);
+    if let Some(late) = &mut d.status.late_maintenance {
+        let owed: BTreeSet<String> = d.status.paused_pipelines.iter().cloned().collect();
+        let landed: Vec<String> = late
+            .pipelines
+            .iter()
+            .filter(|id| paused.contains(id.as_str()) && !owed.contains(*id))
+            .cloned()
+            .collect();
+        d.status.paused_pipelines.extend(landed);
+    }
+    let listed: BTreeSet<&str> = list.iter().map(|p| p.id.as_str()).collect();
+    let (released, owed): (Vec<String>, Vec<String>) =
+        d.status.paused_pipelines.iter().cloned().partition(|id| {
+            obs.corehub
+                .exits
+                .get(id)
+                .is_some_and(|asked| asked.0 < at.0)
+                && (!paused.contains(id.as_str()) || !listed.contains(id.as_str()))
+        });
+    d.status.paused_pipelines = owed;
+    released
+}
+
+pub(super) fn resume(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    let epoch = epoch(u);
+    let next = if u.outcome.is_some() {
+        UpdateStep::Finish
+    } else {
+        UpdateStep::Modules
+    };
+    let released = settle_ledger(obs, &epoch, d);
+    u.resumed_pipelines.extend(released);
+    let owed = &d.status.paused_pipelines;
+    if owed.is_empty() {
+        if !u.resumed_pipelines.is_empty() {
+            d.event(
+                false,
+                "PipelinesResumed",
+                format!(
+                    "{} pipelines taken out of maintenance mode",
+                    u.resumed_pipelines.len()
+                ),
+            );
+        }
+        move_to(gsp, u, next, now, d);
+        return;
+    }
+    let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
+    if passed(&deadline, now) {
+        let why = corehub_error(obs, &epoch)
+            .map(|e| format!(" (Core Hub: {e})"))
+            .unwrap_or_default();
+        let message = format!(
+            "{} pipelines are still in maintenance mode after {} s{why}; GKO keeps resuming them: {}",
+            owed.len(),
+            gsp.spec.drain_timeout_seconds,
+            sample(owed)
+        );
+        d.event(true, NOT_RESUMED, message.clone());
+        d.status.message = Some(message);
+        move_to(gsp, u, next, now, d);
+        return;
+    }
+    d.status.message = Some(match corehub_error(obs, &epoch) {
+        Some(e) => format!(
+            "taking {} pipelines out of maintenance mode; Core Hub: {e}",
+            owed.len()
+        ),
+        None => format!("taking {} pipelines out of maintenance mode", owed.len()),
+    });
+    d.corehub = work(
+        obs,
+        epoch,
+        BTreeSet::new(),
+        owed.iter().cloned().collect(),
+        POLL_FAST,
+    );
+    d.requeue_at(&deadline, now);
+}
+
+/// Resumes the ledger's leftovers outside Drain and Resume: during Modules and between updates.
+/// `give_up` is when a deleted platform stops waiting for Core Hub.
+pub(super) fn ledger(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    d: &mut Decision,
+    give_up: Option<&Time>,
+) {
+    let now = &obs.now;
+    let update = d
+        .status
+        .update
+        .as_ref()
+        .or(gsp.status.as_ref().and_then(|s| s.update.as_ref()));
+    let idle = d.status.update.is_none();
+    let epoch = match (idle, update) {
+        (false, Some(u)) => epoch(u),
+        _ => LEFTOVERS.to_string(),
+    };
+    let before = d.status.paused_pipelines.len();
+    let released = settle_ledger(obs, &epoch, d);
+    if let Some(late) = &d.status.late_maintenance
+        && passed(&late.until, now)
+    {
+        d.status.late_maintenance = None;
+    }
+    let owed = d.status.paused_pipelines.clone();
+    if let Some(until) = d.status.late_maintenance.as_ref().map(|l| l.until.clone()) {
+        d.requeue_at(&until, now);
+    }
+    if owed.is_empty() && d.status.late_maintenance.is_none() {
+        if before > 0 && idle {
+            d.event(
+                false,
+                "PipelinesResumed",
+                format!(
+                    "{} pipelines GKO had left in maintenance mode are running again",
+                    released.len()
+                ),
+            );
+        }
+        return;
+    }
+    let poll = if owed.is_empty() {
+        POLL_WATCH
+    } else {
+        POLL_LEFTOVERS
+    };
+    d.corehub = work(
+        obs,
+        epoch.clone(),
+        BTreeSet::new(),
+        owed.iter().cloned().collect(),
+        poll,
+    );
+    if let Some(t) = give_up {
+        d.requeue_at(t, now);
+    }
+    if !idle || owed.is_empty() {
+        return;
+    }
+    // Between updates: say so, in the message, the conditions and a Warning event when it begins.
+    let why = corehub_error(obs, &epoch)
+        .map(|e| format!("; Core Hub: {e}"))
+        .unwrap_or_default();
+    let message = format!(
+        "{} pipelines GKO put into maintenance mode are not resumed yet; GKO keeps asking Core Hub \
+         to resume them{why}: {}",
+        owed.len(),
+        sample(&owed)
+    );
+    let already = gsp
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .any(|c| c.type_ == RECONCILING && c.reason == NOT_RESUMED);
+    if !already {
+        d.event(true, NOT_RESUMED, message.clone());
+    }
+    let generation = gsp.metadata.generation.unwrap_or(0);
+    let previous = d.status.conditions.clone();
+    d.status.message = Some(message.clone());
+    d.status.conditions = [
+        (READY, false, message.clone()),
+        (RECONCILING, true, message.clone()),
+        (STALLED, false, message),
+    ]
+    .into_iter()
+    .map(|(t, v, m)| status::condition(&previous, t, v, NOT_RESUMED, &m, generation, now))
+    .collect();
+}

@@ -1,0 +1,338 @@
+//! Starting an update, Preflight (is it valid, what changes) and Snapshot (the images before).
+
+use super::{Decision, Observed, move_to, settle_outcome, step};
+use crate::{
+    api::{
+        ComponentState, ComponentType, GluesyncPlatform, PlannedComponent, UpdateResult,
+        UpdateStatus, UpdateStep,
+    },
+    catalog::Check,
+    cluster::Workload,
+    status,
+    version::{ImageRef, Version},
+};
+
+/// How long Preflight waits for the catalog's answer before it goes on without it.
+pub const CATALOG_WAIT_SECONDS: i64 = 30;
+
+/// The image a workload would have to be taken to for a desired version, or `None` when it runs it.
+pub fn target_image(image: &str, desired: &str, registry: Option<&str>) -> Option<String> {
+    if status::runs_version(image, desired) && registry.is_none_or(|r| image.starts_with(r)) {
+        return None;
+    }
+    let parsed = ImageRef::parse(image);
+    let repository = match registry {
+        Some(r) => format!("{}/{}", r.trim_end_matches('/'), parsed.name()),
+        None => parsed.repository.clone(),
+    };
+    let tag = if desired.contains('-') {
+        desired.to_string()
+    } else {
+        format!("{desired}{}", parsed.tag_suffix())
+    };
+    Some(format!("{repository}:{tag}"))
+}
+
+/// A `spec.requestID` the last update did not answer: the user (or the Core Hub UI) asks again.
+fn new_request(gsp: &GluesyncPlatform) -> bool {
+    let last = gsp
+        .status
+        .as_ref()
+        .and_then(|s| s.last_attempt.as_ref())
+        .and_then(|a| a.request_id.as_ref());
+    gsp.spec.request_id.is_some() && gsp.spec.request_id.as_ref() != last
+}
+
+/// Is there something the spec asks for that this generation has not yet tried?
+fn wants_update(gsp: &GluesyncPlatform, workloads: &[Workload]) -> bool {
+    let status = gsp.status.clone().unwrap_or_default();
+    let generation = gsp.metadata.generation.unwrap_or(0);
+    if status::problem(gsp, workloads).is_some() {
+        return false;
+    }
+    if let Some(last) = &status.last_attempt
+        && last.generation == Some(generation)
+    {
+        return false;
+    }
+    let core_hub_behind = workloads.iter().any(|w| {
+        matches!(
+            w.component_type,
+            Some(ComponentType::CoreHub | ComponentType::Agent)
+        ) && !status::runs_version(&w.image, &gsp.spec.version)
+    });
+    let pin_behind = workloads.iter().any(|w| {
+        gsp.spec
+            .modules
+            .get(&w.name)
+            .is_some_and(|pin| !status::runs_version(&w.image, pin))
+    });
+    new_request(gsp) || core_hub_behind || pin_behind
+}
+
+/// The decision that starts an update, when the spec asks for one.
+pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> {
+    if !wants_update(gsp, obs.workloads) {
+        return None;
+    }
+    let previous = gsp.status.clone().unwrap_or_default();
+    let core_hub = obs
+        .workloads
+        .iter()
+        .find(|w| w.component_type == Some(ComponentType::CoreHub));
+    let mut status = status::idle(gsp, obs.workloads, &obs.now);
+    let update = UpdateStatus {
+        step: step(gsp, UpdateStep::Preflight, &obs.now),
+        target: Some(gsp.spec.version.clone()),
+        from: core_hub.and_then(|w| w.version()),
+        request_id: gsp.spec.request_id.clone(),
+        new_request: new_request(gsp),
+        channel: super::request_channel(gsp),
+        generation: gsp.metadata.generation.unwrap_or(0),
+        started_at: obs.now.clone(),
+        components: vec![],
+        resumed_pipelines: vec![],
+        outcome: None,
+        previous_phase: previous.phase,
+    };
+    let from = core_hub.and_then(|w| w.version()).unwrap_or_default();
+    status.message = Some(format!(
+        "update of Core Hub from {from} to {} started",
+        gsp.spec.version
+    ));
+    let mut d = Decision::new(status);
+    d.event(
+        false,
+        "UpdateStarted",
+        d.status.message.clone().unwrap_or_default(),
+    );
+    d.again = true;
+    super::mark_updating(gsp, obs, &mut d, update);
+    Some(d)
+}
+
+fn refuse(
+    gsp: &GluesyncPlatform,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    why: String,
+) {
+    settle_outcome(u, UpdateResult::Refused, why.clone());
+    d.status.message = Some(why);
+    move_to(gsp, u, UpdateStep::Finish, now, d);
+}
+
+/// The catalog check Preflight asks for: the update's channel, every managed image.
+fn preflight_check(gsp: &GluesyncPlatform, obs: &Observed, u: &UpdateStatus) -> Check {
+    let token = format!(
+        "preflight/{}/{}/{}",
+        u.generation,
+        u.started_at.0.as_second(),
+        u.channel.as_str()
+    );
+    crate::catalog::check(gsp, obs.workloads, token, u.channel)
+}
+
+pub(super) fn preflight(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    if let Some(problem) = status::problem(gsp, obs.workloads) {
+        return refuse(gsp, u, d, now, problem.message);
+    }
+    let registry = gsp.spec.image_registry.as_deref();
+    let desired = gsp.spec.version.as_str();
+    let desired_version: Version = match desired.split('-').next().unwrap_or(desired).parse() {
+        Ok(v) => v,
+        Err(e) => return refuse(gsp, u, d, now, e.to_string()),
+    };
+    for w in obs.workloads {
+        if w.component_type == Some(ComponentType::Operator) {
+            continue;
+        }
+        if crate::version::image_version(&w.image).is_err() {
+            return refuse(
+                gsp,
+                u,
+                d,
+                now,
+                format!(
+                    "{} {} runs image {:?}, whose tag carries no version GKO can read",
+                    w.kind_name(),
+                    w.name,
+                    w.image
+                ),
+            );
+        }
+    }
+    // The catalog's answer for the update's channel: wait for it until the step's deadline.
+    let catalog = if gsp.spec.catalog.offline {
+        None
+    } else {
+        let check = preflight_check(gsp, obs, u);
+        match obs.catalog.filter(|a| a.token == check.token) {
+            Some(answer) => answer.result.as_ref().ok(),
+            None => {
+                let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
+                if !super::passed(&deadline, now) {
+                    d.status.message = Some(format!(
+                        "asking the version catalog for the latest versions on the {} channel",
+                        u.channel.as_str()
+                    ));
+                    d.catalog = Some(check);
+                    d.requeue_at(&deadline, now);
+                    return;
+                }
+                None
+            }
+        }
+    };
+    let core_hub = obs
+        .workloads
+        .iter()
+        .find(|w| w.component_type == Some(ComponentType::CoreHub));
+    if let (Some(catalog), Some(ch)) = (catalog, core_hub)
+        && let Some(latest) = catalog.get(ImageRef::parse(&ch.image).name())
+        && let Ok(latest) = latest.parse::<Version>()
+        && desired_version > latest
+    {
+        return refuse(
+            gsp,
+            u,
+            d,
+            now,
+            format!(
+                "Core Hub {desired} is not in the version catalog: the latest on the {} channel is {latest}",
+                u.channel.as_str()
+            ),
+        );
+    }
+    let core_hub_changes =
+        core_hub.is_some_and(|w| target_image(&w.image, desired, registry).is_some());
+    let mut plan = Vec::new();
+    for w in obs.workloads {
+        let Some(kind) = w.component_type else {
+            continue;
+        };
+        let Some(container) = w.container.clone() else {
+            continue;
+        };
+        let (to_image, skip_note) = match kind {
+            ComponentType::Operator => continue,
+            ComponentType::CoreHub | ComponentType::Agent => {
+                (target_image(&w.image, desired, registry), None)
+            }
+            ComponentType::Module | ComponentType::ThirdParty => {
+                match gsp.spec.modules.get(&w.name) {
+                    Some(pin) => (target_image(&w.image, pin, registry), None),
+                    None if kind == ComponentType::ThirdParty => (
+                        None,
+                        Some("third-party: updated only when pinned in spec.modules".to_string()),
+                    ),
+                    None if gsp.spec.catalog.offline => (
+                        None,
+                        Some("no pin, and an offline install has no catalog".to_string()),
+                    ),
+                    None => {
+                        let image = ImageRef::parse(&w.image);
+                        let latest = catalog.and_then(|c| c.get(image.name()));
+                        match (latest, w.version()) {
+                            (None, _) if catalog.is_none() => (
+                                None,
+                                Some("no pin, and the version catalog did not answer".to_string()),
+                            ),
+                            (None, _) => (
+                                None,
+                                Some("no pin, and the catalog gave no version".to_string()),
+                            ),
+                            (Some(latest), Some(running))
+                                if (core_hub_changes || u.new_request)
+                                    && latest.parse::<Version>().ok()
+                                        > running.parse::<Version>().ok() =>
+                            {
+                                (target_image(&w.image, latest, registry), None)
+                            }
+                            _ => (None, None),
+                        }
+                    }
+                }
+            }
+        };
+        if to_image.is_some()
+            && let Some(why) = &w.rollout_blocker
+        {
+            return refuse(gsp, u, d, now, why.clone());
+        }
+        let state = if to_image.is_some() {
+            ComponentState::Pending
+        } else {
+            ComponentState::Skipped
+        };
+        plan.push(PlannedComponent {
+            name: w.name.clone(),
+            component_type: kind,
+            kind: w.kind,
+            container,
+            from_image: w.image.clone(),
+            to_image,
+            state,
+            message: skip_note,
+            patched_at: None,
+            stable: None,
+        });
+    }
+    // Core Hub, agents, then modules and third-party images, by name.
+    plan.sort_by(|a, b| (a.component_type, &a.name).cmp(&(b.component_type, &b.name)));
+    if !core_hub_changes {
+        u.target = None;
+    }
+    u.components = plan;
+    d.status.message = Some(match catalog {
+        None if !gsp.spec.catalog.offline => format!(
+            "preflight passed without the version catalog (no answer within {CATALOG_WAIT_SECONDS} s); \
+             recording the images of every component"
+        ),
+        _ => "preflight passed; recording the images of every component".into(),
+    });
+    move_to(gsp, u, UpdateStep::Snapshot, now, d);
+}
+
+pub(super) fn snapshot(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) {
+    for c in &mut u.components {
+        if let Some(w) = obs.workloads.iter().find(|w| w.name == c.name) {
+            c.from_image = w.image.clone();
+        }
+    }
+    let core_hub_changes = u
+        .components
+        .iter()
+        .any(|c| super::rollout::is_core(c) && c.to_image.is_some());
+    if core_hub_changes {
+        // Nothing is paused before the finalizer is on: deleting the resource must resume what GKO paused.
+        if !gsp
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == crate::api::FINALIZER)
+        {
+            d.status.message = Some("putting GKO's finalizer on the GluesyncPlatform".into());
+            d.requeue(std::time::Duration::from_millis(200));
+            return;
+        }
+        d.status.message = Some("putting running pipelines into maintenance mode".into());
+        move_to(gsp, u, UpdateStep::Drain, &obs.now, d);
+    } else {
+        d.status.message = Some("Core Hub stays; updating modules".into());
+        move_to(gsp, u, UpdateStep::Modules, &obs.now, d);
+    }
+}

@@ -1,0 +1,936 @@
+//! Unit tests of the update state machine, step by step from tiny fixtures. A small Core Hub here carries
+//! out the background work each decision asks for, the way the worker would, so that the pipelines'
+//! states follow from the requests the engine made.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ObjectMeta;
+
+use super::*;
+use crate::{
+    api::{
+        Attempt, ComponentResultStatus, ComponentState, GluesyncPlatformSpec, HistoryEntry,
+        PlannedComponent, UpdateStep::*,
+    },
+    cluster::PodView,
+    corehub::{Listing, Pipeline},
+};
+
+fn at(secs: i64) -> Time {
+    Time(jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap())
+}
+
+fn platform(spec: serde_json::Value) -> GluesyncPlatform {
+    let mut g = GluesyncPlatform::new(
+        "gluesync",
+        serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap(),
+    );
+    g.metadata = ObjectMeta {
+        name: Some("gluesync".into()),
+        namespace: Some("ns".into()),
+        generation: Some(2),
+        uid: Some("uid".into()),
+        finalizers: Some(vec![FINALIZER.into()]),
+        ..Default::default()
+    };
+    g
+}
+
+fn workload(name: &str, label: &str, image: &str) -> Workload {
+    Workload {
+        kind: if name.contains("grafana") {
+            WorkloadKind::Deployment
+        } else {
+            WorkloadKind::StatefulSet
+        },
+        name: name.into(),
+        uid: format!("{name}-uid"),
+        component_type: ComponentType::from_label(label),
+        label_value: label.into(),
+        container: Some("c".into()),
+        image: image.into(),
+        ready: true,
+        progress_deadline_exceeded: false,
+        rollout_blocker: None,
+        pods: vec![pod(name, image, true, 0)],
+    }
+}
+
+fn pod(workload: &str, image: &str, ready: bool, restarts: i32) -> PodView {
+    PodView {
+        name: format!("{workload}-0"),
+        uid: format!("{workload}-0-uid"),
+        image: image.into(),
+        ready,
+        waiting: None,
+        restarts,
+    }
+}
+
+fn install() -> Vec<Workload> {
+    vec![
+        workload("core-hub", "core-hub", "molo17/gluesync-core-hub:2.3.2.1"),
+        workload("agent-mssql", "agent", "molo17/gluesync-mssql-cdc:2.3.2.1"),
+        workload("chronos", "module", "molo17/gluesync-chronos:0.3.2"),
+        workload("grafana", "third-party", "molo17/grafana:11.2.0"),
+    ]
+}
+
+fn catalog() -> Catalog {
+    [
+        ("gluesync-core-hub".to_string(), "2.3.2.2".to_string()),
+        ("gluesync-chronos".to_string(), "0.3.3".to_string()),
+        ("grafana".to_string(), "12.0.0".to_string()),
+    ]
+    .into()
+}
+
+/// A Core Hub that does what the engine's work asks, now or late.
+#[derive(Default)]
+struct Hub {
+    /// Pipeline id -> in maintenance mode.
+    pipelines: BTreeMap<String, bool>,
+    report: Report,
+    entered: BTreeSet<String>,
+    /// Enter requests land this many seconds after they were accepted.
+    enter_delay: i64,
+    /// Requests accepted but not applied yet: (id, enter, lands at).
+    pending: Vec<(String, bool, i64)>,
+    down: bool,
+    /// How often each pipeline was asked in and out.
+    enters: BTreeMap<String, u32>,
+    exits: BTreeMap<String, u32>,
+}
+
+impl Hub {
+    fn new(running: &[&str], paused: &[&str]) -> Hub {
+        let mut hub = Hub::default();
+        for id in running {
+            hub.pipelines.insert(id.to_string(), false);
+        }
+        for id in paused {
+            hub.pipelines.insert(id.to_string(), true);
+        }
+        hub
+    }
+
+    fn in_maintenance(&self) -> Vec<&str> {
+        self.pipelines
+            .iter()
+            .filter(|(_, m)| **m)
+            .map(|(id, _)| id.as_str())
+            .collect()
+    }
+
+    /// Carries out `work` at second `now` (requests, then a list a millisecond later).
+    fn serve(&mut self, work: Option<&Work>, now: i64) {
+        let mut landed = vec![];
+        self.pending.retain(|(id, enter, t)| {
+            let due = *t <= now;
+            if due {
+                landed.push((id.clone(), *enter));
+            }
+            !due
+        });
+        for (id, enter) in landed {
+            self.pipelines.insert(id, enter);
+        }
+        let Some(work) = work else {
+            return;
+        };
+        if self.report.epoch != work.epoch {
+            self.report = Report {
+                epoch: work.epoch.clone(),
+                ..Default::default()
+            };
+            self.entered.clear();
+        }
+        let ms = |t: i64, extra: i64| {
+            Time(jiff::Timestamp::from_millisecond((1_800_000_000 + t) * 1000 + extra).unwrap())
+        };
+        if self.down {
+            self.report.listing = Some(Listing {
+                at: ms(now, 1),
+                result: Err("Core Hub cannot be reached".into()),
+            });
+            return;
+        }
+        for id in work.enter.iter() {
+            if self.entered.insert(id.clone()) {
+                *self.enters.entry(id.clone()).or_default() += 1;
+                if self.enter_delay > 0 {
+                    self.pending
+                        .push((id.clone(), true, now + self.enter_delay));
+                } else {
+                    self.pipelines.insert(id.clone(), true);
+                }
+            }
+        }
+        for id in work.exit.iter() {
+            if !self.report.exits.contains_key(id) {
+                *self.exits.entry(id.clone()).or_default() += 1;
+                self.report.exits.insert(id.clone(), ms(now, 0));
+                self.pipelines.insert(id.clone(), false);
+            }
+        }
+        self.report.listing = Some(Listing {
+            at: ms(now, 1),
+            result: Ok(std::sync::Arc::new(
+                self.pipelines
+                    .iter()
+                    .map(|(id, m)| Pipeline {
+                        id: id.clone(),
+                        is_in_maintenance_mode: *m,
+                    })
+                    .collect(),
+            )),
+        });
+    }
+}
+
+/// The world a test decides in: workloads, the catalog, Core Hub.
+struct World {
+    workloads: Vec<Workload>,
+    catalog: Option<Catalog>,
+    hub: Hub,
+    /// The catalog's answer to the last check asked for.
+    answer: Option<Answer>,
+}
+
+impl World {
+    fn new(catalog: Option<Catalog>, hub: Hub) -> World {
+        World {
+            workloads: install(),
+            catalog,
+            hub,
+            answer: None,
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            url: "https://core-hub:1717".into(),
+            credentials_secret: None,
+            ca_secret: None,
+            insecure_skip_verify: false,
+        }
+    }
+
+    /// One decision at second `now`, its status put on the platform, its background work carried out.
+    fn step(&mut self, g: &mut GluesyncPlatform, now: i64) -> Decision {
+        let report = self.hub.report.clone();
+        let d = decide(
+            g,
+            &Observed {
+                now: at(now),
+                workloads: &self.workloads,
+                corehub: &report,
+                catalog: self.answer.as_ref(),
+                target: Some(World::target()),
+            },
+        );
+        g.status = Some(d.status.clone());
+        for a in &d.actions {
+            match a {
+                Action::AddFinalizer => g.metadata.finalizers = Some(vec![FINALIZER.into()]),
+                Action::RemoveFinalizer => g.metadata.finalizers = None,
+                // The workload takes the new image; its pods follow in `roll_out`.
+                Action::SetImage { name, image, .. } => {
+                    if let Some(w) = self.workloads.iter_mut().find(|w| &w.name == name) {
+                        w.image = image.clone();
+                        w.ready = w.pods.iter().all(|p| &p.image == image && p.ready);
+                    }
+                }
+                Action::DeletePod(_) => {}
+            }
+        }
+        if let Some(check) = &d.catalog
+            && let Some(cat) = &self.catalog
+        {
+            self.answer = Some(Answer {
+                token: check.token.clone(),
+                at: at(now),
+                result: Ok(cat.clone()),
+            });
+        }
+        self.hub.serve(d.corehub.as_ref(), now);
+        d
+    }
+
+    /// Steps at second `now` until the step is `until` (at most 20 decisions); every event seen.
+    fn until(&mut self, g: &mut GluesyncPlatform, now: i64, until: UpdateStep) -> Vec<Event> {
+        let mut events = vec![];
+        for _ in 0..20 {
+            if g.status
+                .as_ref()
+                .and_then(|s| s.update.as_ref())
+                .map(|u| u.step.name())
+                == Some(until)
+            {
+                return events;
+            }
+            events.extend(self.step(g, now).events);
+        }
+        panic!(
+            "never reached {until:?}: {:?}",
+            g.status.as_ref().and_then(|s| s.update.as_ref())
+        );
+    }
+
+    /// The workloads run their planned images, ready.
+    fn roll_out(&mut self, g: &GluesyncPlatform, names: &[&str]) {
+        for w in &mut self.workloads {
+            if let Some(c) = update(g).components.iter().find(|c| c.name == w.name)
+                && let Some(to) = &c.to_image
+                && names.contains(&w.name.as_str())
+            {
+                w.image = to.clone();
+                w.pods[0].image = to.clone();
+                w.ready = true;
+            }
+        }
+    }
+}
+
+fn update(g: &GluesyncPlatform) -> &UpdateStatus {
+    g.status.as_ref().unwrap().update.as_ref().unwrap()
+}
+
+fn status(g: &GluesyncPlatform) -> &GluesyncPlatformStatus {
+    g.status.as_ref().unwrap()
+}
+
+fn planned<'a>(g: &'a GluesyncPlatform, name: &str) -> &'a PlannedComponent {
+    update(g)
+        .components
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap()
+}
+
+fn reasons(events: &[Event]) -> Vec<&str> {
+    events.iter().map(|e| e.reason).collect()
+}
+
+#[test]
+fn a_new_version_starts_an_update_once_per_generation() {
+    let g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let w = install();
+    let report = Report::default();
+    let obs = |now| Observed {
+        now,
+        workloads: &w,
+        corehub: &report,
+        catalog: None,
+        target: None,
+    };
+    let d = decide(&g, &obs(at(0)));
+    assert_eq!(d.status.phase, Some(Phase::Updating));
+    assert!(d.again);
+    let u = d.status.update.unwrap();
+    assert_eq!((u.step.name(), u.generation), (Preflight, 2));
+    assert_eq!(u.from.as_deref(), Some("2.3.2.1"));
+
+    // The same generation already ended: nothing starts again by itself.
+    let mut done = g.clone();
+    done.status = Some(GluesyncPlatformStatus {
+        last_attempt: Some(Attempt {
+            target: Some("2.3.2.2".into()),
+            request_id: None,
+            generation: Some(2),
+            result: UpdateResult::Failed,
+            message: "x".into(),
+            started_at: None,
+            finished_at: at(0),
+            results: vec![],
+            paused_pipelines: vec![],
+            resumed_pipelines: vec![],
+        }),
+        ..Default::default()
+    });
+    let d = decide(&done, &obs(at(1)));
+    assert!(d.status.update.is_none());
+    assert_eq!(d.status.phase, Some(Phase::Failed));
+
+    // Nothing to do: no update.
+    let current = platform(serde_json::json!({"version": "2.3.2.1"}));
+    assert!(decide(&current, &obs(at(0))).status.update.is_none());
+}
+
+#[test]
+fn preflight_waits_for_the_catalog_and_plans_every_component() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world.step(&mut g, 0);
+    let d = world.step(&mut g, 0);
+    assert_eq!(
+        update(&g).step.name(),
+        Preflight,
+        "waits for the catalog's answer"
+    );
+    let check = d.catalog.expect("Preflight asks the catalog");
+    assert_eq!(check.channel, ReleaseChannel::Ga);
+    assert!(check.images.contains("gluesync-chronos"));
+    world.until(&mut g, 0, Drain);
+    assert_eq!(
+        planned(&g, "core-hub").to_image.as_deref(),
+        Some("molo17/gluesync-core-hub:2.3.2.2")
+    );
+    assert_eq!(
+        planned(&g, "agent-mssql").to_image.as_deref(),
+        Some("molo17/gluesync-mssql-cdc:2.3.2.2"),
+        "agents follow Core Hub"
+    );
+    assert_eq!(
+        planned(&g, "chronos").to_image.as_deref(),
+        Some("molo17/gluesync-chronos:0.3.3"),
+        "an unpinned module takes the catalog's latest"
+    );
+    assert_eq!(
+        planned(&g, "grafana").state,
+        ComponentState::Skipped,
+        "third-party only when pinned"
+    );
+}
+
+#[test]
+fn preflight_goes_on_without_a_catalog_that_does_not_answer() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let mut world = World::new(None, Hub::new(&[], &[]));
+    world.step(&mut g, 0);
+    let d = world.step(&mut g, 0);
+    assert_eq!(update(&g).step.name(), Preflight);
+    assert!(
+        d.requeue
+            .is_some_and(|r| r.as_secs() <= plan::CATALOG_WAIT_SECONDS as u64 + 1)
+    );
+    world.step(&mut g, plan::CATALOG_WAIT_SECONDS + 1);
+    assert_eq!(update(&g).step.name(), Snapshot);
+    assert!(
+        status(&g)
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("without the version catalog")
+    );
+    assert_eq!(
+        planned(&g, "chronos").message.as_deref(),
+        Some("no pin, and the version catalog did not answer")
+    );
+}
+
+#[test]
+fn pins_and_the_registry_shape_the_targets() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2",
+        "imageRegistry": "registry.example.com/mirror",
+        "modules": {"grafana": "11.3.0", "chronos": "0.3.2"},
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world.until(&mut g, 0, Snapshot);
+    assert_eq!(
+        planned(&g, "core-hub").to_image.as_deref(),
+        Some("registry.example.com/mirror/gluesync-core-hub:2.3.2.2")
+    );
+    assert_eq!(
+        planned(&g, "grafana").to_image.as_deref(),
+        Some("registry.example.com/mirror/grafana:11.3.0")
+    );
+    assert_eq!(
+        planned(&g, "chronos").to_image.as_deref(),
+        Some("registry.example.com/mirror/gluesync-chronos:0.3.2"),
+        "a pin wins over the catalog; the registry moves it"
+    );
+}
+
+#[test]
+fn a_version_the_catalog_does_not_know_is_refused() {
+    let mut g = platform(serde_json::json!({"version": "2.4.0.0"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world.until(&mut g, 0, Finish);
+    let d = world.step(&mut g, 0);
+    let s = status(&g);
+    assert!(s.update.is_none());
+    let a = s.last_attempt.as_ref().unwrap();
+    assert_eq!(a.result, UpdateResult::Refused);
+    assert!(
+        a.message
+            .contains("not in the version catalog: the latest on the ga channel"),
+        "{}",
+        a.message
+    );
+    assert_eq!(d.events.last().unwrap().reason, "UpdateRefused");
+    assert_eq!(s.phase, None, "Refused leaves the phase as it was");
+}
+
+#[test]
+fn the_ui_request_channel_is_the_update_channel() {
+    let mut g = platform(serde_json::json!({"version": "2.4.0.0", "requestID": "ui-1"}));
+    g.metadata.annotations = Some(
+        [(
+            crate::api::REQUEST_ANNOTATION.to_string(),
+            r#"{"id":"ui-1","channel":"beta"}"#.to_string(),
+        )]
+        .into(),
+    );
+    let mut beta = catalog();
+    beta.insert("gluesync-core-hub".into(), "2.4.0.0".into());
+    let mut world = World::new(Some(beta), Hub::new(&[], &[]));
+    world.step(&mut g, 0);
+    let d = world.step(&mut g, 0);
+    assert_eq!(update(&g).channel, ReleaseChannel::Beta);
+    assert_eq!(
+        d.catalog.unwrap().channel,
+        ReleaseChannel::Beta,
+        "the catalog is asked on beta"
+    );
+    world.until(&mut g, 0, Drain);
+    assert_eq!(
+        planned(&g, "core-hub").to_image.as_deref(),
+        Some("molo17/gluesync-core-hub:2.4.0.0")
+    );
+
+    // An annotation for another request does not count.
+    let mut other = platform(serde_json::json!({"version": "2.3.2.2", "requestID": "ui-2"}));
+    other.metadata.annotations = g.metadata.annotations.clone();
+    assert_eq!(request_channel(&other), ReleaseChannel::Ga);
+}
+
+#[test]
+fn a_pin_after_a_ui_update_moves_no_other_module() {
+    // The UI's update ran for ui-1; then a pin of grafana alone.
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.1", "requestID": "ui-1", "modules": {"grafana": "11.3.0"},
+    }));
+    g.metadata.generation = Some(3);
+    g.status = Some(GluesyncPlatformStatus {
+        last_attempt: Some(Attempt {
+            target: None,
+            request_id: Some("ui-1".into()),
+            generation: Some(2),
+            result: UpdateResult::Succeeded,
+            message: "update finished".into(),
+            started_at: None,
+            finished_at: at(0),
+            results: vec![],
+            paused_pipelines: vec![],
+            resumed_pipelines: vec![],
+        }),
+        ..Default::default()
+    });
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world.until(&mut g, 0, Modules);
+    assert!(!update(&g).new_request);
+    assert_eq!(
+        planned(&g, "grafana").to_image.as_deref(),
+        Some("molo17/grafana:11.3.0")
+    );
+    assert_eq!(
+        planned(&g, "chronos").to_image,
+        None,
+        "chronos is not pinned and stays"
+    );
+
+    // A new requestID does move it (the UI's "Update all").
+    g.spec.request_id = Some("ui-2".into());
+    g.metadata.generation = Some(4);
+    g.status.as_mut().unwrap().update = None;
+    world.until(&mut g, 1, Modules);
+    assert!(update(&g).new_request);
+    assert_eq!(
+        planned(&g, "chronos").to_image.as_deref(),
+        Some("molo17/gluesync-chronos:0.3.3")
+    );
+}
+
+#[test]
+fn a_workload_that_cannot_roll_out_is_refused_in_preflight() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world.workloads[0].rollout_blocker =
+        Some("StatefulSet core-hub has updateStrategy OnDelete".into());
+    world.until(&mut g, 0, Finish);
+    world.step(&mut g, 0);
+    let a = status(&g).last_attempt.as_ref().unwrap();
+    assert_eq!(a.result, UpdateResult::Refused);
+    assert!(a.message.contains("OnDelete"), "{}", a.message);
+}
+
+#[test]
+fn nothing_is_paused_before_the_finalizer_is_on() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    g.metadata.finalizers = None;
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    let mut asked = false;
+    for _ in 0..6 {
+        let d = world.step(&mut g, 0);
+        asked |= d.actions.first() == Some(&Action::AddFinalizer);
+        assert!(d.corehub.is_none());
+        g.metadata.finalizers = None; // every finalizer write fails
+    }
+    assert!(asked);
+    assert_eq!(update(&g).step.name(), Snapshot, "waits for the finalizer");
+    assert_eq!(world.hub.enters.len(), 0);
+    // Once it is on, the drain starts.
+    g.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    world.step(&mut g, 0);
+    assert_eq!(update(&g).step.name(), Drain);
+}
+
+/// A platform at 2.3.2.1 asked for 2.3.2.2, taken to Drain, with these pipelines.
+fn drained_start(hub: Hub, spec: serde_json::Value) -> (GluesyncPlatform, World) {
+    let mut base = serde_json::json!({"version": "2.3.2.2", "stabilityWindowSeconds": 10});
+    for (k, v) in spec.as_object().unwrap() {
+        base[k] = v.clone();
+    }
+    let mut g = platform(base);
+    let mut world = World::new(Some(catalog()), hub);
+    let events = world.until(&mut g, 0, Drain);
+    assert_eq!(events[0].reason, "UpdateStarted");
+    (g, world)
+}
+
+#[test]
+fn drain_records_pipelines_before_asking_and_leaves_paused_ones_alone() {
+    let (mut g, mut world) = drained_start(
+        Hub::new(&["a", "b"], &["user-paused"]),
+        serde_json::json!({}),
+    );
+    // First the list: nothing is asked before GKO knows what runs.
+    let d = world.step(&mut g, 1);
+    assert!(d.corehub.as_ref().unwrap().enter.is_empty());
+    let d = world.step(&mut g, 1);
+    assert_eq!(status(&g).paused_pipelines, ["a", "b"]);
+    let work = d.corehub.unwrap();
+    assert_eq!(
+        work.enter.iter().collect::<Vec<_>>(),
+        ["a", "b"],
+        "asked only after they are in the status"
+    );
+    assert_eq!(d.events[0].reason, "PipelinesPaused");
+    world.step(&mut g, 2);
+    assert_eq!(update(&g).step.name(), CoreHub);
+    assert!(!world.hub.enters.contains_key("user-paused"));
+}
+
+#[test]
+fn a_late_maintenance_request_after_a_drain_timeout_is_resumed() {
+    // Core Hub applies maintenance requests 8 s late; the drain gives up after 5 s.
+    let mut hub = Hub::new(&["a", "b", "c"], &[]);
+    hub.enter_delay = 8;
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 5}));
+    let mut events = vec![];
+    for now in 1..=5 {
+        events.extend(world.step(&mut g, now).events);
+    }
+    events.extend(world.until(&mut g, 6, Resume));
+    assert!(reasons(&events).contains(&"DrainTimeout"), "{events:?}");
+    let late = status(&g)
+        .late_maintenance
+        .clone()
+        .expect("the late ones are watched");
+    assert_eq!(late.pipelines, ["a", "b", "c"]);
+    // Every pipeline gets an exit request although Core Hub lists them running.
+    world.step(&mut g, 6);
+    world.step(&mut g, 6);
+    assert_eq!(world.hub.exits.len(), 3);
+    world.until(&mut g, 6, Finish);
+    world.step(&mut g, 6);
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().result,
+        UpdateResult::Refused
+    );
+    assert!(status(&g).paused_pipelines.is_empty());
+    // The enters land at 9 s: GKO sees them and resumes them again.
+    for now in 9..12 {
+        world.step(&mut g, now);
+    }
+    assert!(
+        world.hub.in_maintenance().is_empty(),
+        "{:?}",
+        world.hub.pipelines
+    );
+    assert_eq!(
+        world.hub.exits.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2]
+    );
+    // The watch ends, and with it the finalizer.
+    let d = world.step(&mut g, 6 + 61);
+    assert!(status(&g).late_maintenance.is_none());
+    assert!(status(&g).paused_pipelines.is_empty());
+    assert!(
+        d.actions.contains(&Action::RemoveFinalizer),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
+fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
+    let (mut g, mut world) = drained_start(
+        Hub::new(&["a", "b"], &[]),
+        serde_json::json!({"drainTimeoutSeconds": 30}),
+    );
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 1);
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    world.step(&mut g, 2);
+    // Core Hub goes down just as the pipelines wait to resume.
+    world.hub.down = true;
+    world.until(&mut g, 12, Resume);
+    for now in 13..20 {
+        world.step(&mut g, now);
+        assert_eq!(update(&g).step.name(), Resume, "waits for Core Hub");
+    }
+    assert!(
+        status(&g)
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("cannot be reached")
+    );
+    // Past Resume's deadline the update goes on; the modules roll; the result says what is left.
+    let events = world.until(&mut g, 43, Modules);
+    assert!(reasons(&events).contains(&"PipelinesNotResumed"));
+    world.step(&mut g, 60);
+    world.roll_out(&g, &["chronos"]);
+    world.step(&mut g, 60);
+    world.until(&mut g, 71, Finish);
+    world.step(&mut g, 71);
+    let s = status(&g);
+    assert_eq!(
+        s.last_attempt.as_ref().unwrap().result,
+        UpdateResult::Degraded
+    );
+    assert_eq!(s.paused_pipelines, ["a", "b"]);
+    // Between updates, GKO keeps at it, and says so.
+    let d = world.step(&mut g, 72);
+    assert!(d.corehub.as_ref().is_some_and(|w| w.exit.len() == 2));
+    assert!(!d.actions.contains(&Action::RemoveFinalizer));
+    let ready = status(&g)
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "PipelinesNotResumed")
+    );
+    // Core Hub is back: they are resumed, and the finalizer goes.
+    world.hub.down = false;
+    let mut events = vec![];
+    for now in 73..76 {
+        let d = world.step(&mut g, now);
+        events.extend(d.events);
+        if d.actions.contains(&Action::RemoveFinalizer) {
+            break;
+        }
+    }
+    assert!(world.hub.in_maintenance().is_empty());
+    assert!(status(&g).paused_pipelines.is_empty());
+    assert!(reasons(&events).contains(&"PipelinesResumed"), "{events:?}");
+    assert!(g.metadata.finalizers.is_none());
+}
+
+#[test]
+fn deleting_the_platform_during_drain_resumes_and_lets_it_go() {
+    let mut hub = Hub::new(&["a", "b"], &[]);
+    hub.enter_delay = 100; // they never reach maintenance mode before the deletion
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({}));
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(status(&g).paused_pipelines.len(), 2);
+    g.metadata.deletion_timestamp = Some(at(2));
+    let events = world.until(&mut g, 2, Finish);
+    assert!(reasons(&events).contains(&"UpdateCancelled"), "{events:?}");
+    assert_eq!(world.hub.exits.len(), 2, "both asked out");
+    world.step(&mut g, 2);
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().result,
+        UpdateResult::Failed
+    );
+    let d = world.step(&mut g, 3);
+    assert!(
+        d.actions.contains(&Action::RemoveFinalizer),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
+fn deleting_the_platform_during_core_hub_puts_core_hub_back() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a"], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    let d = world.step(&mut g, 1);
+    assert!(
+        d.actions
+            .iter()
+            .any(|a| matches!(a, Action::SetImage { image, .. } if image.ends_with("2.3.2.2")))
+    );
+    g.metadata.deletion_timestamp = Some(at(2));
+    let d = world.step(&mut g, 2);
+    assert!(reasons(&d.events).contains(&"UpdateCancelled"));
+    assert!(d.actions.iter().any(|a| matches!(a, Action::SetImage { name, image, .. } if name == "core-hub" && image.ends_with("2.3.2.1"))));
+    // Core Hub runs its old image: resume, finish, the finalizer goes.
+    world.until(&mut g, 3, Finish);
+    world.step(&mut g, 3);
+    assert!(world.hub.in_maintenance().is_empty());
+    let d = world.step(&mut g, 4);
+    assert!(d.actions.contains(&Action::RemoveFinalizer));
+}
+
+#[test]
+fn a_deleted_platform_waits_for_core_hub_only_so_long() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1", "drainTimeoutSeconds": 10}));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &["a"]));
+    world.hub.down = true;
+    g.status = Some(GluesyncPlatformStatus {
+        paused_pipelines: vec!["a".into()],
+        ..Default::default()
+    });
+    g.metadata.deletion_timestamp = Some(at(0));
+    let d = world.step(&mut g, 5);
+    assert!(!d.actions.contains(&Action::RemoveFinalizer));
+    let d = world.step(&mut g, 11);
+    assert!(d.actions.contains(&Action::RemoveFinalizer));
+    let warning = d
+        .events
+        .iter()
+        .find(|e| e.reason == "PipelinesNotResumed")
+        .unwrap();
+    assert!(
+        warning.warning && warning.message.contains(": a"),
+        "{warning:?}"
+    );
+}
+
+#[test]
+fn core_hub_must_stay_ready_for_the_window_and_a_warm_up_restart_does_not_count() {
+    let (mut g, mut world) = drained_start(Hub::new(&[], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    let d = world.step(&mut g, 2);
+    assert!(d.actions.contains(&Action::SetImage {
+        kind: WorkloadKind::StatefulSet,
+        name: "core-hub".into(),
+        container: "c".into(),
+        image: "molo17/gluesync-core-hub:2.3.2.2".into(),
+    }));
+    assert_eq!(d.events[0].reason, "CoreHubPatched");
+    // The new pod restarted once while warming up, then became ready.
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    world.workloads[0].pods[0].restarts = 1;
+    world.step(&mut g, 3);
+    assert_eq!(update(&g).step.name(), CoreHub, "the window has not passed");
+    assert_eq!(
+        planned(&g, "core-hub").stable.as_ref().unwrap().since,
+        at(3)
+    );
+    // A restart inside the window starts it again.
+    world.workloads[0].pods[0].restarts = 2;
+    world.step(&mut g, 5);
+    world.step(&mut g, 6);
+    assert_eq!(
+        planned(&g, "core-hub").stable.as_ref().unwrap().since,
+        at(6)
+    );
+    let events = world.until(&mut g, 16, Resume);
+    assert_eq!(events[0].reason, "CoreHubUpdated");
+}
+
+#[test]
+fn a_crash_loop_fails_core_hub_at_once_and_rolls_it_back() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a"], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 2);
+    let old = world.workloads.clone();
+    world.workloads[0].image = "molo17/gluesync-core-hub:2.3.2.2".into();
+    world.workloads[0].ready = false;
+    world.workloads[0].pods[0] = PodView {
+        waiting: Some(("CrashLoopBackOff".into(), "back-off".into())),
+        ..pod("core-hub", "molo17/gluesync-core-hub:2.3.2.2", false, 1)
+    };
+    let d = world.step(&mut g, 3);
+    assert_eq!(d.events[0].reason, "CoreHubFailed");
+    assert_eq!(update(&g).step.name(), CoreHubRollback);
+    assert_eq!(
+        update(&g).outcome.as_ref().unwrap().result,
+        UpdateResult::Failed
+    );
+    // The rollback sets the old image back and deletes the stuck pod of the failed revision.
+    let d = world.step(&mut g, 4);
+    assert!(d.actions.contains(&Action::SetImage {
+        kind: WorkloadKind::StatefulSet,
+        name: "core-hub".into(),
+        container: "c".into(),
+        image: "molo17/gluesync-core-hub:2.3.2.1".into(),
+    }));
+    assert!(d.actions.contains(&Action::DeletePod("core-hub-0".into())));
+    // Back and ready: resume, then finish Failed without touching the modules.
+    world.workloads = old;
+    world.until(&mut g, 5, Finish);
+    let d = world.step(&mut g, 7);
+    let s = status(&g);
+    assert_eq!(s.phase, Some(Phase::Failed));
+    let a = s.last_attempt.as_ref().unwrap();
+    assert_eq!(a.result, UpdateResult::Failed);
+    let r = |n: &str| a.results.iter().find(|r| r.name == n).unwrap().status;
+    assert_eq!(r("core-hub"), ComponentResultStatus::RolledBack);
+    assert_eq!(r("chronos"), ComponentResultStatus::Skipped);
+    assert_eq!(d.events.last().unwrap().reason, "UpdateFailed");
+    assert!(world.hub.in_maintenance().is_empty());
+    assert_eq!(a.resumed_pipelines, ["a"]);
+}
+
+#[test]
+fn history_keeps_the_newest_ten() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.1",
+        "modules": {"chronos": "0.3.3"},
+        "stabilityWindowSeconds": 0,
+    }));
+    let entry = |i: usize| HistoryEntry {
+        from: None,
+        to: Some(format!("old-{i}")),
+        result: UpdateResult::Succeeded,
+        message: String::new(),
+        request_id: None,
+        started_at: None,
+        finished_at: at(-100),
+        previous_images: Default::default(),
+    };
+    g.status = Some(GluesyncPlatformStatus {
+        history: (0..10).map(entry).collect(),
+        ..Default::default()
+    });
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world.until(&mut g, 0, Modules);
+    world.roll_out(&g, &["chronos"]);
+    world.until(&mut g, 100, Finish);
+    world.step(&mut g, 100);
+    let s = status(&g);
+    assert!(s.update.is_none());
+    assert_eq!(s.history.len(), HISTORY_LIMIT);
+    assert_eq!(s.history[0].to, None, "modules only");
+    assert_eq!(s.history[1].to.as_deref(), Some("old-0"));
+    assert_eq!(
+        s.history[0]
+            .previous_images
+            .get("chronos")
+            .map(String::as_str),
+        Some("molo17/gluesync-chronos:0.3.2")
+    );
+}
+
+#[test]
+fn every_step_serializes_flat_with_its_name() {
+    let step = Step::Drain {
+        since: at(0),
+        deadline: at(300),
+    };
+    let v = serde_json::to_value(&step).unwrap();
+    assert_eq!(v["step"], "Drain");
+    assert_eq!(v["deadline"], serde_json::to_value(at(300)).unwrap());
+    let back: Step = serde_json::from_value(v).unwrap();
+    assert_eq!(back, step);
+}

@@ -1,0 +1,80 @@
+//! What GKO has read of its namespace, shared by the controller and the Conductor API: the watch caches
+//! of the GluesyncPlatforms, the labelled workloads and their pods, the one writer, and a signal that
+//! moves whenever a GluesyncPlatform changes in the cache (what the Conductor API waits on instead of
+//! polling the API server).
+
+use std::sync::{Arc, atomic::Ordering};
+
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    core::v1::Pod,
+};
+use kube::{ResourceExt, runtime::reflector::Store};
+use tokio::sync::watch;
+
+use crate::{
+    api::{GluesyncPlatform, SELF_UPDATE_ANNOTATION, TYPE_LABEL},
+    cluster::Workload,
+    metrics::Metrics,
+    writer::Writer,
+};
+
+pub struct View {
+    pub namespace: String,
+    pub writer: Writer,
+    pub metrics: Arc<Metrics>,
+    pub platforms: Store<GluesyncPlatform>,
+    pub statefulsets: Store<StatefulSet>,
+    pub deployments: Store<Deployment>,
+    pub pods: Store<Pod>,
+    /// Moves whenever a GluesyncPlatform changes in the cache.
+    pub changed: watch::Sender<u64>,
+    /// This process's name (the pod name in a cluster).
+    pub instance: Option<String>,
+}
+
+impl View {
+    /// True once every cache has listed the namespace.
+    pub fn ready(&self) -> bool {
+        self.metrics.ready.load(Ordering::Relaxed)
+    }
+
+    /// The namespace's GluesyncPlatform (GKO manages one per namespace), from the cache.
+    pub fn platform(&self) -> Option<Arc<GluesyncPlatform>> {
+        let mut all = self.platforms.state();
+        all.sort_by_key(|g| g.name_any());
+        all.into_iter().next()
+    }
+
+    /// The phase of GKO's own update while its new pod rolls out or back (`RollingOut`, `RollingBack`),
+    /// from the annotation on its Deployment.
+    pub fn self_updating(&self) -> Option<String> {
+        self.deployments.state().iter().find_map(|d| {
+            let operator = d.labels().get(TYPE_LABEL).map(String::as_str) == Some("operator");
+            let phase = d.annotations().get(SELF_UPDATE_ANNOTATION)?;
+            (operator && matches!(phase.as_str(), "RollingOut" | "RollingBack"))
+                .then(|| phase.clone())
+        })
+    }
+
+    /// The labelled workloads of the namespace with their pods, from the watch caches.
+    pub fn workloads(&self) -> Vec<Workload> {
+        let pods = self.pods.state();
+        let sts = self
+            .statefulsets
+            .state()
+            .into_iter()
+            .filter_map(|s| Workload::from_statefulset(&s));
+        let deploy = self
+            .deployments
+            .state()
+            .into_iter()
+            .filter_map(|d| Workload::from_deployment(&d));
+        let mut all: Vec<Workload> = sts.chain(deploy).collect();
+        for w in &mut all {
+            w.attach_pods(pods.iter().map(|p| p.as_ref()));
+        }
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+}

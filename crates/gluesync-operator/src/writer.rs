@@ -1,0 +1,276 @@
+//! Every write GKO makes to the cluster goes through [`Writer`], and only while this GKO holds the Lease:
+//! a GKO that is not the leader, or lost the Lease, writes nothing.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    core::v1::{ObjectReference, Pod},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    core::Status,
+    runtime::events::{Event, EventType, Recorder, Reporter},
+};
+use serde_json::json;
+
+use crate::{
+    api::{
+        FIELD_MANAGER, FINALIZER, GluesyncPlatform, GluesyncPlatformStatus, REQUEST_ANNOTATION,
+        WorkloadKind,
+    },
+    lease::Leadership,
+    metrics::Metrics,
+};
+
+/// Every write GKO makes to the cluster, gated by the Lease.
+#[derive(Clone)]
+pub struct Writer {
+    client: Client,
+    recorder: Arc<Recorder>,
+    metrics: Arc<Metrics>,
+    leadership: Leadership,
+}
+
+/// A write refused by the API server because the object changed since it was read.
+pub fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 409)
+}
+
+/// A write this GKO did not make because it does not hold the Lease.
+pub fn is_not_leader(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.reason == "NotLeader")
+}
+
+impl Writer {
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        instance: Option<String>,
+        leadership: Leadership,
+    ) -> Writer {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance,
+        };
+        Writer {
+            recorder: Arc::new(Recorder::new(client.clone(), reporter)),
+            client,
+            metrics,
+            leadership,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn leadership(&self) -> &Leadership {
+        &self.leadership
+    }
+
+    /// Refuses when this GKO does not hold the Lease.
+    fn gate(&self) -> Result<(), kube::Error> {
+        if self.leadership.is_leader() {
+            Ok(())
+        } else {
+            Err(kube::Error::Api(
+                Status::failure("this GKO does not hold the Lease", "NotLeader")
+                    .with_code(503)
+                    .boxed(),
+            ))
+        }
+    }
+
+    /// Writes the whole status, owned by GKO's field manager. The object's `resourceVersion` goes with it,
+    /// so a status computed from a stale read is refused (409) instead of undoing a newer one.
+    pub async fn write_status(
+        &self,
+        gsp: &GluesyncPlatform,
+        status: &GluesyncPlatformStatus,
+    ) -> Result<GluesyncPlatform, kube::Error> {
+        self.gate()?;
+        let result = self
+            .apply_to_platform(gsp, "status", json!(status), true)
+            .await;
+        self.metrics.status_writes.inc();
+        result
+    }
+
+    /// Sets the image of one container of a managed workload, and nothing else. Server-side apply under
+    /// GKO's field manager, forced: GKO owns the images it writes.
+    pub async fn set_image(
+        &self,
+        namespace: &str,
+        kind: WorkloadKind,
+        name: &str,
+        container: &str,
+        image: &str,
+    ) -> Result<(), kube::Error> {
+        self.gate()?;
+        let kind_name = match kind {
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::Deployment => "Deployment",
+        };
+        let patch = json!({
+            "apiVersion": "apps/v1",
+            "kind": kind_name,
+            "metadata": { "name": name },
+            "spec": { "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } },
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        self.metrics.workload_writes.inc();
+        match kind {
+            WorkloadKind::StatefulSet => {
+                Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
+                    .patch(name, &params, &Patch::Apply(&patch))
+                    .await
+                    .map(|_| ())
+            }
+            WorkloadKind::Deployment => {
+                Api::<Deployment>::namespaced(self.client.clone(), namespace)
+                    .patch(name, &params, &Patch::Apply(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// Deletes a pod (a stuck pod of a failed StatefulSet revision, so the rollback can proceed).
+    pub async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        self.gate()?;
+        self.metrics.workload_writes.inc();
+        match Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .delete(name, &Default::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts GKO's finalizer on the platform (`on`), or takes it off, keeping every other finalizer.
+    pub async fn set_finalizer(&self, gsp: &GluesyncPlatform, on: bool) -> Result<(), kube::Error> {
+        self.gate()?;
+        let mut finalizers: Vec<String> = gsp
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        if on {
+            finalizers.push(FINALIZER.to_string());
+        }
+        if finalizers.len() == gsp.finalizers().len()
+            && gsp.finalizers().iter().any(|f| f == FINALIZER) == on
+        {
+            return Ok(());
+        }
+        // A merge patch replaces the whole list; the resourceVersion makes it fail (409) if the list
+        // changed since it was read.
+        let patch = json!({
+            "metadata": { "resourceVersion": gsp.resource_version(), "finalizers": finalizers },
+        });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        self.metrics.workload_writes.inc();
+        let api: Api<GluesyncPlatform> =
+            Api::namespaced(self.client.clone(), &gsp.namespace().unwrap_or_default());
+        match api
+            .patch(&gsp.name_any(), &params, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Already gone: nothing holds it any more.
+            Err(kube::Error::Api(s)) if s.code == 404 && !on => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes an update request from the Core Hub UI into the spec: `version`, `modules` and a fresh
+    /// `requestID`, under GKO's field manager, with the request's release channel in the annotation
+    /// `gluesync.molo17.com/request`. The controller then runs it like any other spec change.
+    ///
+    /// Not gated by the Lease: it relays a user's request, and the Conductor API answers on every replica
+    /// (the Lease holder then runs the update).
+    pub async fn write_update_request(
+        &self,
+        gsp: &GluesyncPlatform,
+        version: &str,
+        modules: &BTreeMap<String, String>,
+        request_id: &str,
+        channel: crate::api::ReleaseChannel,
+    ) -> Result<GluesyncPlatform, kube::Error> {
+        let request = json!({"id": request_id, "channel": channel}).to_string();
+        let ns = gsp.namespace().unwrap_or_default();
+        let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
+        let patch = json!({
+            "apiVersion": GluesyncPlatform::api_version(&()),
+            "kind": GluesyncPlatform::kind(&()),
+            "metadata": {
+                "resourceVersion": gsp.resource_version(),
+                "annotations": { REQUEST_ANNOTATION: request },
+            },
+            "spec": { "version": version, "modules": modules, "requestID": request_id },
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&gsp.name_any(), &params, &Patch::Apply(&patch))
+            .await
+    }
+
+    /// Server-side apply of one part (`spec` or `status`) of a GluesyncPlatform under GKO's field manager,
+    /// with the resourceVersion it was read at: a write computed from a stale read is refused (409).
+    async fn apply_to_platform(
+        &self,
+        gsp: &GluesyncPlatform,
+        part: &str,
+        value: serde_json::Value,
+        subresource: bool,
+    ) -> Result<GluesyncPlatform, kube::Error> {
+        let ns = gsp.namespace().unwrap_or_default();
+        let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
+        let mut patch = json!({
+            "apiVersion": GluesyncPlatform::api_version(&()),
+            "kind": GluesyncPlatform::kind(&()),
+            "metadata": { "resourceVersion": gsp.resource_version() },
+        });
+        patch[part] = value;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if subresource {
+            api.patch_status(&gsp.name_any(), &params, &Patch::Apply(&patch))
+                .await
+        } else {
+            api.patch(&gsp.name_any(), &params, &Patch::Apply(&patch))
+                .await
+        }
+    }
+
+    /// Records an event on the GluesyncPlatform.
+    pub async fn event(
+        &self,
+        gsp: &GluesyncPlatform,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        self.gate()?;
+        let reference: ObjectReference = gsp.object_ref(&());
+        self.metrics.events.inc();
+        self.recorder
+            .publish(
+                &Event {
+                    type_,
+                    reason: reason.into(),
+                    note: Some(note),
+                    action: reason.into(),
+                    secondary: None,
+                },
+                &reference,
+            )
+            .await
+    }
+}

@@ -1,0 +1,113 @@
+//! Two GKO processes on one namespace: only the holder of the Lease calls Core Hub or writes to the
+//! cluster; killing the holder mid-update hands the update over to the other, which finishes it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gluesync_operator::api::{UpdateResult, UpdateStep};
+use serde_json::json;
+
+fn lease_holder(ns: &gko_test_support::TestNamespace) -> anyhow::Result<String> {
+    Ok(ns
+        .kubectl(&[
+            "get",
+            "lease",
+            "gluesync-operator",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])?
+        .trim()
+        .to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_acts_and_a_killed_holder_hands_over() -> anyhow::Result<()> {
+    let ns = namespace("leader").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 2}))?;
+    let named = |n: &str| GkoOptions {
+        instance: Some(n.into()),
+        ..Default::default()
+    };
+    let mut a = Gko::spawn(&ns, named("gko-a"))?;
+    wait_settled(&ns).await?;
+    assert_eq!(lease_holder(&ns)?, "gko-a");
+    let b = Gko::spawn(&ns, named("gko-b"))?;
+    eventually_ready(&b).await?;
+
+    // A whole update with both running.
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_finished(&ns, 2).await?;
+    assert_eq!(
+        g.status.unwrap_or_default().last_attempt.unwrap().result,
+        UpdateResult::Succeeded
+    );
+    let agents = sim.calls().by_agent;
+    assert!(
+        agents.keys().any(|k| k.contains("(gko-a)")),
+        "the holder called Core Hub: {agents:?}"
+    );
+    assert!(
+        !agents.keys().any(|k| k.contains("(gko-b)")),
+        "the other did not: {agents:?}"
+    );
+    for metric in [
+        "gluesync_operator_status_writes_total",
+        "gluesync_operator_workload_writes_total",
+        "gluesync_operator_events_total",
+    ] {
+        assert!(a.metric(metric).await? > 0.0, "{metric} of the holder");
+        assert_eq!(b.metric(metric).await?, 0.0, "{metric} of the other");
+    }
+
+    // The holder is killed mid-update: the other takes the Lease once it runs out, and finishes.
+    sim.update_faults(|f| f.maintenance_delay_ms = 2000);
+    patch_spec(&ns, json!({"version": "2.3.2.1"})).await?;
+    wait_for_step(&ns, UpdateStep::Drain).await?;
+    a.kill()?;
+    let g = wait_finished(&ns, 3).await?;
+    let status = g.status.unwrap_or_default();
+    assert_eq!(
+        status.last_attempt.as_ref().unwrap().result,
+        UpdateResult::Succeeded,
+        "{:?}",
+        status.last_attempt
+    );
+    assert_eq!(status.history.len(), 2, "one history entry per update");
+    assert_eq!(lease_holder(&ns)?, "gko-b");
+    assert!(b.metric("gluesync_operator_status_writes_total").await? > 0.0);
+    assert!(
+        sim.calls().by_agent.keys().any(|k| k.contains("(gko-b)")),
+        "the new holder called Core Hub"
+    );
+    gko_test_support::eventually(
+        "every pipeline running",
+        Duration::from_secs(30),
+        || async { Ok((sim.in_maintenance() == ["kept-in-maintenance-00020"]).then_some(())) },
+    )
+    .await?;
+    assert!(sim.calls().enter.values().all(|n| *n <= 2));
+    Ok(())
+}
+
+/// A GKO that does not hold the Lease is still ready: readiness is about its caches.
+async fn eventually_ready(gko: &Gko) -> anyhow::Result<()> {
+    let ready = gko.metrics_url.replace("/metrics", "/readyz");
+    gko_test_support::eventually(
+        "the second GKO to be ready",
+        Duration::from_secs(30),
+        || {
+            let ready = ready.clone();
+            async move {
+                Ok(reqwest::get(&ready)
+                    .await?
+                    .status()
+                    .is_success()
+                    .then_some(()))
+            }
+        },
+    )
+    .await
+}

@@ -1,0 +1,307 @@
+//! Never lose a pipeline: the update at its worst moments, with 1,000 pipelines. Each test first proves
+//! its fault landed where it says (the step, the call), then that every pipeline that was running is out
+//! of maintenance mode again, `status.pausedPipelines` is empty, and status and events say what happened.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gko_test_support::{FaultProxy, eventually};
+use gluesync_operator::api::{UpdateResult, UpdateStep};
+use gluesync_simulator::{CatalogEntry, Options, Simulator};
+use serde_json::json;
+
+const PIPELINES: usize = 1000;
+
+/// A simulator with 1,000 running pipelines and a catalog that offers Core Hub 2.3.2.2.
+async fn simulator_with_many() -> anyhow::Result<Simulator> {
+    let sim = Simulator::start(Options::default()).await?;
+    sim.add_pipelines("p", PIPELINES);
+    sim.set_catalog("gluesync-core-hub", CatalogEntry::all("2.3.2.2"));
+    sim.set_catalog("gluesync-chronos", CatalogEntry::all("0.3.2"));
+    Ok(sim)
+}
+
+/// Waits until Core Hub lists no pipeline in maintenance mode and the ledger is empty.
+async fn wait_all_running(
+    ns: &gko_test_support::TestNamespace,
+    sim: &Simulator,
+) -> anyhow::Result<()> {
+    eventually(
+        "every pipeline running and status.pausedPipelines empty",
+        Duration::from_secs(120),
+        || async {
+            let g = platforms(ns).get_opt("gluesync").await?;
+            let ledger_empty = g.is_none_or(|g| {
+                g.status
+                    .as_ref()
+                    .is_none_or(|s| s.paused_pipelines.is_empty())
+            });
+            let paused = sim.in_maintenance().len();
+            Ok((ledger_empty && paused == 0).then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_applied_late_after_a_drain_timeout_is_undone() -> anyhow::Result<()> {
+    let ns = namespace("late-maintenance").await?;
+    let sim = simulator_with_many().await?;
+    install_with_simulator(&ns, &sim, json!({"drainTimeoutSeconds": 5}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+
+    // Core Hub accepts each maintenance request and applies it 8 s later.
+    sim.update_faults(|f| f.maintenance_delay_ms = 8000);
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_for_platform(&ns, "the drain to give up", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.late_maintenance.is_some())
+    })
+    .await?;
+    // The fault landed: the drain gave up with every enter accepted and none applied yet.
+    let late = g.status.unwrap_or_default().late_maintenance.unwrap();
+    assert_eq!(late.pipelines.len(), PIPELINES);
+    assert_eq!(sim.calls().enter.len(), PIPELINES);
+    assert!(sim.in_maintenance().len() < PIPELINES);
+
+    let g = wait_finished(&ns, 2).await?;
+    let attempt = g.status.clone().unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Refused, "{attempt:?}");
+    // The late enters land after the update ended; GKO takes every one out again.
+    eventually(
+        "the late enters to land",
+        Duration::from_secs(30),
+        || async { Ok((!sim.in_maintenance().is_empty()).then_some(())) },
+    )
+    .await?;
+    wait_all_running(&ns, &sim).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(sim.in_maintenance().len(), 0, "nothing lands later still");
+    let calls = sim.calls();
+    assert!(
+        calls.enter.values().all(|n| *n == 1),
+        "each pipeline asked in once"
+    );
+    assert!(calls.exit.len() == PIPELINES);
+    let reasons = event_reasons_through(&ns, "UpdateRefused").await?;
+    assert!(reasons.iter().any(|r| r == "DrainTimeout"), "{reasons:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_hub_down_for_20_s_during_resume() -> anyhow::Result<()> {
+    let ns = namespace("down-in-resume").await?;
+    let sim = simulator_with_many().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_step(&ns, UpdateStep::CoreHub).await?;
+    assert_eq!(sim.in_maintenance().len(), PIPELINES);
+    sim.update_faults(|f| f.down = true);
+    let g = wait_for_platform(&ns, "Resume waiting for Core Hub", |g| {
+        step_of(g) == Some(UpdateStep::Resume)
+            && g.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains("cannot be reached"))
+    })
+    .await?;
+    // The fault landed: Core Hub is down while every pipeline waits to resume.
+    assert_eq!(
+        g.status.unwrap_or_default().paused_pipelines.len(),
+        PIPELINES
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        sim.in_maintenance().len(),
+        PIPELINES,
+        "down: nothing resumed"
+    );
+    sim.update_faults(|f| f.down = false);
+
+    let g = wait_finished(&ns, 2).await?;
+    let attempt = g.status.clone().unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.resumed_pipelines.len(), PIPELINES);
+    wait_all_running(&ns, &sim).await?;
+    let reasons = event_reasons_through(&ns, "UpdateSucceeded").await?;
+    assert!(
+        reasons.iter().any(|r| r == "PipelinesResumed"),
+        "{reasons:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_hub_answering_500_to_every_exit_for_30_s() -> anyhow::Result<()> {
+    let ns = namespace("exit-500").await?;
+    let sim = simulator_with_many().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_step(&ns, UpdateStep::CoreHub).await?;
+    sim.update_faults(|f| {
+        f.error_contains = "/commands/maintenance/exit".into();
+        f.error_count = u32::MAX;
+    });
+    let g = wait_for_platform(&ns, "Resume failing on exits", |g| {
+        step_of(g) == Some(UpdateStep::Resume)
+            && g.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains("500"))
+    })
+    .await?;
+    // The fault landed: exits were asked for and refused.
+    assert!(!sim.calls().exit.is_empty());
+    assert_eq!(
+        g.status.unwrap_or_default().paused_pipelines.len(),
+        PIPELINES
+    );
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(sim.in_maintenance().len(), PIPELINES);
+    sim.update_faults(|f| {
+        f.error_contains.clear();
+        f.error_count = 0;
+    });
+
+    let g = wait_finished(&ns, 2).await?;
+    let attempt = g.status.clone().unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    wait_all_running(&ns, &sim).await?;
+    Ok(())
+}
+
+/// Deletes the GluesyncPlatform as Argo CD's prune or `kubectl delete` would, and waits until it is gone.
+async fn delete_and_wait_gone(ns: &gko_test_support::TestNamespace) -> anyhow::Result<()> {
+    ns.kubectl(&["delete", "gsp", "gluesync", "--wait=false"])?;
+    eventually(
+        "the GluesyncPlatform to go",
+        Duration::from_secs(120),
+        || async {
+            Ok(platforms(ns)
+                .get_opt("gluesync")
+                .await?
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_platform_during_drain_resumes_every_pipeline() -> anyhow::Result<()> {
+    let ns = namespace("delete-drain").await?;
+    let sim = simulator_with_many().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+
+    sim.update_faults(|f| f.maintenance_delay_ms = 3000);
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_for_platform(&ns, "Drain with pipelines asked in", |g| {
+        step_of(g) == Some(UpdateStep::Drain)
+            && g.status
+                .as_ref()
+                .is_some_and(|s| s.paused_pipelines.len() == PIPELINES)
+    })
+    .await?;
+    assert!(
+        g.finalizers()
+            .iter()
+            .any(|f| f == gluesync_operator::api::FINALIZER),
+        "the finalizer is on before anything is paused"
+    );
+    eventually("enters to be sent", Duration::from_secs(30), || async {
+        Ok((sim.calls().enter.len() == PIPELINES).then_some(()))
+    })
+    .await?;
+    delete_and_wait_gone(&ns).await?;
+    // Every exit was sent after its enter; with the same delay, each lands after it.
+    eventually(
+        "every pipeline running",
+        Duration::from_secs(30),
+        || async { Ok(sim.in_maintenance().is_empty().then_some(())) },
+    )
+    .await?;
+    let reasons = event_reasons(&ns).await?;
+    assert!(
+        reasons.iter().any(|r| r == "UpdateCancelled"),
+        "{reasons:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_platform_during_core_hub_puts_it_back_and_resumes() -> anyhow::Result<()> {
+    let ns = namespace("delete-corehub").await?;
+    let sim = simulator_with_many().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 30}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_step(&ns, UpdateStep::CoreHub).await?;
+    eventually(
+        "the new Core Hub image",
+        Duration::from_secs(30),
+        || async {
+            let image = image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?;
+            Ok((image == "molo17/gluesync-core-hub:2.3.2.2").then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(sim.in_maintenance().len(), PIPELINES);
+    delete_and_wait_gone(&ns).await?;
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.1",
+        "the half-made change is put back"
+    );
+    wait_all_running(&ns, &sim).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_gone_for_5_s_during_drain() -> anyhow::Result<()> {
+    let ns = namespace("apiserver-drain").await?;
+    let sim = simulator_with_many().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let proxy = FaultProxy::in_front_of(ns.cp)?;
+    let _gko = Gko::spawn(
+        &ns,
+        GkoOptions {
+            kubeconfig: Some(proxy.kubeconfig(ns.cp)?),
+            ..Default::default()
+        },
+    )?;
+    wait_settled(&ns).await?;
+
+    sim.update_faults(|f| f.maintenance_delay_ms = 3000);
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_step(&ns, UpdateStep::Drain).await?;
+    let refused = proxy.refused();
+    proxy.down_for(Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The fault landed: GKO tried to reach the API server while it was gone.
+    assert!(
+        proxy.refused() > refused,
+        "GKO did not try while the API server was gone"
+    );
+
+    let g = wait_finished(&ns, 2).await?;
+    let attempt = g.status.clone().unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(g.status.unwrap_or_default().history.len(), 1);
+    wait_all_running(&ns, &sim).await?;
+    assert!(sim.calls().enter.values().all(|n| *n == 1));
+    Ok(())
+}
