@@ -1,32 +1,23 @@
 //! What GKO reads from and writes to the cluster.
 //!
-//! Reading: the labelled StatefulSets and Deployments of the namespace become [`Workload`]s, a pure
-//! projection that the rest of GKO works on. Writing: every write GKO makes goes through [`Writer`], the one
-//! place a leader-election Lease will gate.
+//! The labelled StatefulSets and Deployments of the namespace become [`Workload`]s, a pure projection
+//! that the rest of GKO works on, each with the pods it owns. Every write goes through
+//! [`crate::writer::Writer`], which the Lease gates.
 //!
 //! A workload's pods are found through their owners, not through its label selector: selectors may use
 //! `matchExpressions` and may overlap between workloads, owners do neither. See [`owner_of`].
 
-use std::{collections::BTreeMap, sync::Arc};
-
-use k8s_openapi::api::{
-    apps::v1::{Deployment, StatefulSet},
-    core::v1::{ObjectReference, Pod, PodTemplateSpec},
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, StatefulSet},
+        core::v1::{Pod, PodTemplateSpec},
+    },
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
-    runtime::events::{Event, EventType, Recorder, Reporter},
-};
-use serde_json::json;
+use kube::ResourceExt;
 
 use crate::{
-    api::{
-        CONTAINER_ANNOTATION, ComponentStatus, ComponentType, FIELD_MANAGER, GluesyncPlatform,
-        GluesyncPlatformStatus, TYPE_LABEL, WorkloadKind,
-    },
-    metrics::Metrics,
+    api::{CONTAINER_ANNOTATION, ComponentStatus, ComponentType, TYPE_LABEL, WorkloadKind},
     version::ImageRef,
 };
 
@@ -333,166 +324,6 @@ impl Workload {
     }
 }
 
-/// Every write GKO makes to the cluster. One place, so that leader election can gate all of them.
-#[derive(Clone)]
-pub struct Writer {
-    client: Client,
-    recorder: Arc<Recorder>,
-    metrics: Arc<Metrics>,
-}
-
-/// A write refused by the API server because the object changed since it was read.
-pub fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 409)
-}
-
-impl Writer {
-    pub fn new(client: Client, metrics: Arc<Metrics>, instance: Option<String>) -> Writer {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance,
-        };
-        Writer {
-            recorder: Arc::new(Recorder::new(client.clone(), reporter)),
-            client,
-            metrics,
-        }
-    }
-
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    /// Writes the whole status, owned by GKO's field manager. The object's `resourceVersion` goes with it,
-    /// so a status computed from a stale read is refused (409) instead of undoing a newer one.
-    pub async fn write_status(
-        &self,
-        gsp: &GluesyncPlatform,
-        status: &GluesyncPlatformStatus,
-    ) -> Result<GluesyncPlatform, kube::Error> {
-        let result = self
-            .apply_to_platform(gsp, "status", json!(status), true)
-            .await;
-        self.metrics.status_writes.inc();
-        result
-    }
-
-    /// Sets the image of one container of a managed workload, and nothing else. Server-side apply under
-    /// GKO's field manager, forced: GKO owns the images it writes.
-    pub async fn set_image(
-        &self,
-        namespace: &str,
-        kind: WorkloadKind,
-        name: &str,
-        container: &str,
-        image: &str,
-    ) -> Result<(), kube::Error> {
-        let kind_name = match kind {
-            WorkloadKind::StatefulSet => "StatefulSet",
-            WorkloadKind::Deployment => "Deployment",
-        };
-        let patch = json!({
-            "apiVersion": "apps/v1",
-            "kind": kind_name,
-            "metadata": { "name": name },
-            "spec": { "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } },
-        });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.metrics.workload_writes.inc();
-        match kind {
-            WorkloadKind::StatefulSet => {
-                Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
-                    .patch(name, &params, &Patch::Apply(&patch))
-                    .await
-                    .map(|_| ())
-            }
-            WorkloadKind::Deployment => {
-                Api::<Deployment>::namespaced(self.client.clone(), namespace)
-                    .patch(name, &params, &Patch::Apply(&patch))
-                    .await
-                    .map(|_| ())
-            }
-        }
-    }
-
-    /// Deletes a pod (a stuck pod of a failed StatefulSet revision, so the rollback can proceed).
-    pub async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
-        self.metrics.workload_writes.inc();
-        match Api::<Pod>::namespaced(self.client.clone(), namespace)
-            .delete(name, &Default::default())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Writes an update request from the Core Hub UI into the spec: `version`, `modules` and a fresh
-    /// `requestID`, under GKO's field manager. The controller then runs it like any other spec change.
-    pub async fn write_update_request(
-        &self,
-        gsp: &GluesyncPlatform,
-        version: &str,
-        modules: &BTreeMap<String, String>,
-        request_id: &str,
-    ) -> Result<GluesyncPlatform, kube::Error> {
-        let spec = json!({ "version": version, "modules": modules, "requestID": request_id });
-        self.apply_to_platform(gsp, "spec", spec, false).await
-    }
-
-    /// Server-side apply of one part (`spec` or `status`) of a GluesyncPlatform under GKO's field manager,
-    /// with the resourceVersion it was read at: a write computed from a stale read is refused (409).
-    async fn apply_to_platform(
-        &self,
-        gsp: &GluesyncPlatform,
-        part: &str,
-        value: serde_json::Value,
-        subresource: bool,
-    ) -> Result<GluesyncPlatform, kube::Error> {
-        let ns = gsp.namespace().unwrap_or_default();
-        let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
-        let mut patch = json!({
-            "apiVersion": GluesyncPlatform::api_version(&()),
-            "kind": GluesyncPlatform::kind(&()),
-            "metadata": { "resourceVersion": gsp.resource_version() },
-        });
-        patch[part] = value;
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        if subresource {
-            api.patch_status(&gsp.name_any(), &params, &Patch::Apply(&patch))
-                .await
-        } else {
-            api.patch(&gsp.name_any(), &params, &Patch::Apply(&patch))
-                .await
-        }
-    }
-
-    /// Records an event on the GluesyncPlatform.
-    pub async fn event(
-        &self,
-        gsp: &GluesyncPlatform,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) -> Result<(), kube::Error> {
-        let reference: ObjectReference = gsp.object_ref(&());
-        self.metrics.events.inc();
-        self.recorder
-            .publish(
-                &Event {
-                    type_,
-                    reason: reason.into(),
-                    note: Some(note),
-                    action: reason.into(),
-                    secondary: None,
-                },
-                &reference,
-            )
-            .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::{
@@ -610,7 +441,8 @@ mod tests {
 
     /// A pod labelled `app: shared` (and the given labels), with one container "c" and the given owners.
     fn pod(name: &str, owners: Vec<OwnerReference>, labels: &[(&str, &str)]) -> Pod {
-        let mut all: BTreeMap<String, String> = [("app".to_string(), "shared".to_string())].into();
+        let mut all: std::collections::BTreeMap<String, String> =
+            [("app".to_string(), "shared".to_string())].into();
         all.extend(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         Pod {
             metadata: ObjectMeta {

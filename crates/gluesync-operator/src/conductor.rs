@@ -159,18 +159,22 @@ pub fn parse_containers_request(
     }
 }
 
+/// A Core Hub client, the target it was built for, and when.
+type Connection = (Target, Instant, Arc<CoreHub>);
+
 #[derive(Clone)]
 struct Api {
     view: Arc<View>,
     auth_cache: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
     /// The Core Hub client for identity checks, built again when the target changes or after a minute.
-    corehub: Arc<tokio::sync::Mutex<Option<(Target, Instant, Arc<CoreHub>)>>>,
+    corehub: Arc<tokio::sync::Mutex<Option<Connection>>>,
     /// One update request at a time.
     updating: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Api {
-    /// The namespace's GluesyncPlatform, from the watch cache.
+    /// The namespace's GluesyncPlatform, from the watch cache; the error is the answer to give.
+    #[allow(clippy::result_large_err)]
     fn platform(&self) -> Result<GluesyncPlatform, Response> {
         self.view
             .platform()
