@@ -283,6 +283,11 @@ pub struct GluesyncPlatformStatus {
     /// Version catalog checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog: Option<CatalogStatus>,
+    /// The pipeline lists too long for the status (over 10,000 ids): each keeps its first 1,000 ids here,
+    /// and the complete list is in ConfigMaps owned by this GluesyncPlatform, labelled
+    /// `gluesync.molo17.com/spilled-list`. By list: `pausedPipelines`, `lastAttempt.resumedPipelines`...
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub spilled_lists: BTreeMap<String, SpilledList>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -290,6 +295,18 @@ pub struct GluesyncPlatformStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A pipeline list kept in ConfigMaps because it is too long for the status.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SpilledList {
+    /// How many ids the complete list has.
+    pub count: i64,
+    /// Digest of the complete list, also on each of its ConfigMaps.
+    pub digest: String,
+    /// How many ConfigMaps hold it (`<platform>-<list>-<n>`).
+    pub config_maps: i64,
 }
 
 /// Summary of the install.

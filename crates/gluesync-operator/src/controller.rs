@@ -21,6 +21,7 @@ use crate::{
     background::Tasks,
     catalog::{Answer, Check},
     corehub::{Report, Target, Work},
+    spill::{self, NotYet},
     update::{self, Action, Observed},
     view::View,
     writer::{is_conflict, is_not_leader},
@@ -103,6 +104,21 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         // An update acts on what it reads: read the latest, not the cache.
         gsp = api.get(&gsp.name_any()).await.map_err(Error::Read)?;
     }
+    // Long pipeline lists come back from their ConfigMaps: the engine sees every id.
+    if let Some(mut status) = gsp.status.take() {
+        let configmaps = view.spilled.state();
+        let name = gsp.name_any();
+        let mine: Vec<&k8s_openapi::api::core::v1::ConfigMap> = configmaps
+            .iter()
+            .map(|c| c.as_ref())
+            .filter(|c| c.labels().get(spill::LABEL) == Some(&name))
+            .collect();
+        if let Err(NotYet(what)) = spill::join(&gsp, &mut status, &mine) {
+            info!(%what, "waiting for the cache to hold the ConfigMaps of a long pipeline list");
+            return Ok(Requeue::requeue(Duration::from_millis(200)));
+        }
+        gsp.status = Some(status);
+    }
     let uid = gsp.uid().unwrap_or_default();
     for _ in 0..STEPS_PER_RECONCILE {
         let workloads = view.workloads();
@@ -120,8 +136,15 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         );
 
         if gsp.status.as_ref() != Some(&decision.status) {
-            match view.writer.write_status(&gsp, &decision.status).await {
-                Ok(written) => {
+            // Lists too long for the status go to ConfigMaps first, then the status that names them.
+            let split = spill::split(&gsp, &decision.status);
+            if let Err(e) = write_lists(view, &split.configmaps).await {
+                return Err(Error::WriteStatus(e));
+            }
+            match view.writer.write_status(&gsp, &split.status).await {
+                Ok(mut written) => {
+                    remove_stale_lists(view, &written, &split.status).await;
+                    written.status = Some(decision.status.clone());
                     observe_steps(&ctx, &uid, gsp.status.as_ref(), &decision.status);
                     let s = &decision.status;
                     info!(
@@ -173,6 +196,39 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         }
     }
     Ok(Requeue::requeue(Duration::from_millis(10)))
+}
+
+/// Writes the ConfigMaps of long pipeline lists that the cache does not already hold as they are.
+async fn write_lists(
+    view: &View,
+    configmaps: &[k8s_openapi::api::core::v1::ConfigMap],
+) -> Result<(), kube::Error> {
+    if configmaps.is_empty() {
+        return Ok(());
+    }
+    let cached = view.spilled.state();
+    let refs: Vec<_> = cached.iter().map(|c| c.as_ref()).collect();
+    for cm in configmaps {
+        if !spill::unchanged(cm, &refs) {
+            view.writer.apply_configmap(cm).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the ConfigMaps of lists the written status no longer spills.
+async fn remove_stale_lists(view: &View, gsp: &GluesyncPlatform, written: &GluesyncPlatformStatus) {
+    let cached = view.spilled.state();
+    let refs: Vec<_> = cached.iter().map(|c| c.as_ref()).collect();
+    for cm in spill::stale(gsp, written, &refs) {
+        if let Err(e) = view
+            .writer
+            .delete_configmap(&view.namespace, &cm.name_any())
+            .await
+        {
+            warn!(configmap = %cm.name_any(), error = %e, "deleting a ConfigMap no list names failed");
+        }
+    }
 }
 
 /// Step durations and update results, from one status to the next. A step's start is taken from this

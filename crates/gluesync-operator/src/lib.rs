@@ -11,6 +11,7 @@ pub mod corehub;
 pub mod lease;
 pub mod metrics;
 pub mod operator;
+pub mod spill;
 pub mod status;
 pub mod update;
 pub mod version;

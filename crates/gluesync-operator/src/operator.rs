@@ -11,7 +11,7 @@ use std::{
 use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::Pod,
+    core::v1::{ConfigMap, Pod},
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -127,6 +127,12 @@ pub async fn run(
         Api::<Pod>::namespaced(client.clone(), ns),
         watcher::Config::default().any_semantic(),
     );
+    let (spilled, spilled_stream) = cached(
+        Api::<ConfigMap>::namespaced(client.clone(), ns),
+        watcher::Config::default()
+            .labels(crate::spill::LABEL)
+            .any_semantic(),
+    );
     // One watch of the GluesyncPlatforms feeds the controller and the Conductor API's view; `changed`
     // moves on each of its events (what the Conductor API waits on).
     let changed = tokio::sync::watch::channel(0u64).0;
@@ -151,6 +157,7 @@ pub async fn run(
         statefulsets: statefulsets.clone(),
         deployments: deployments.clone(),
         pods: pods.clone(),
+        spilled: spilled.clone(),
         changed,
         instance: settings.instance.clone(),
     });
@@ -188,11 +195,12 @@ pub async fn run(
 
     // Ready once every cache has listed the namespace; the Lease has nothing to do with it.
     let ready_metrics = metrics.clone();
-    let (s, d, p) = (statefulsets, deployments, pods);
+    let (s, d, p, c) = (statefulsets, deployments, pods, spilled);
     tokio::spawn(async move {
         if s.wait_until_ready().await.is_ok()
             && d.wait_until_ready().await.is_ok()
             && p.wait_until_ready().await.is_ok()
+            && c.wait_until_ready().await.is_ok()
         {
             ready_metrics.ready.store(true, Ordering::Relaxed);
         }
@@ -259,6 +267,10 @@ pub async fn run(
         .watches_stream(sts_stream, move |_| for_sts())
         .watches_stream(deploy_stream, move |_| for_deploy())
         .watches_stream(pod_stream, for_pods)
+        .watches_stream(spilled_stream, move |cm: ConfigMap| {
+            let platform = cm.labels().get(crate::spill::LABEL).cloned()?;
+            Some(ObjectRef::<GluesyncPlatform>::new(&platform).within(&cm.namespace()?))
+        })
         .reconcile_on(woken)
         .reconcile_all_on(acquired)
         .graceful_shutdown_on(shutdown)

@@ -7,7 +7,7 @@ use std::sync::{Arc, atomic::Ordering};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::Pod,
+    core::v1::{ConfigMap, Pod},
 };
 use kube::{ResourceExt, runtime::reflector::Store};
 use tokio::sync::watch;
@@ -27,6 +27,8 @@ pub struct View {
     pub statefulsets: Store<StatefulSet>,
     pub deployments: Store<Deployment>,
     pub pods: Store<Pod>,
+    /// The ConfigMaps that hold long pipeline lists (see [`crate::spill`]).
+    pub spilled: Store<ConfigMap>,
     /// Moves whenever a GluesyncPlatform changes in the cache.
     pub changed: watch::Sender<u64>,
     /// This process's name (the pod name in a cluster).

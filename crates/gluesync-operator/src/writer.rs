@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::{ObjectReference, Pod},
+    core::v1::{ConfigMap, ObjectReference, Pod},
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -142,6 +142,42 @@ impl Writer {
         self.gate()?;
         self.metrics.workload_writes.inc();
         match Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .delete(name, &Default::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes a ConfigMap that holds part of a long pipeline list (server-side apply, GKO's field manager).
+    pub async fn apply_configmap(&self, cm: &ConfigMap) -> Result<(), kube::Error> {
+        self.gate()?;
+        let ns = cm.namespace().unwrap_or_default();
+        let mut body = cm.clone();
+        body.metadata.managed_fields = None;
+        let patch = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": body.metadata,
+            "data": body.data,
+        });
+        self.metrics.workload_writes.inc();
+        Api::<ConfigMap>::namespaced(self.client.clone(), &ns)
+            .patch(
+                &cm.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes a ConfigMap of a pipeline list no status names any more.
+    pub async fn delete_configmap(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
+        self.gate()?;
+        match Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
             .delete(name, &Default::default())
             .await
         {
