@@ -92,6 +92,23 @@ async fn only_the_lease_holder_acts_and_a_killed_holder_hands_over() -> anyhow::
     Ok(())
 }
 
+/// A time of the Lease's spec (`renewTime`, `acquireTime`).
+fn lease_time(
+    ns: &gko_test_support::TestNamespace,
+    field: &str,
+) -> anyhow::Result<jiff::Timestamp> {
+    Ok(ns
+        .kubectl(&[
+            "get",
+            "lease",
+            "gluesync-operator",
+            "-o",
+            &format!("jsonpath={{.spec.{field}}}"),
+        ])?
+        .trim()
+        .parse()?)
+}
+
 /// A GKO that does not hold the Lease is still ready: readiness is about its caches.
 async fn eventually_ready(gko: &Gko) -> anyhow::Result<()> {
     let ready = gko.metrics_url.replace("/metrics", "/readyz");
@@ -110,4 +127,57 @@ async fn eventually_ready(gko: &Gko) -> anyhow::Result<()> {
         },
     )
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_holder_releases_the_lease_and_the_other_finishes() -> anyhow::Result<()> {
+    let ns = namespace("leader-term").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 2}))?;
+    let named = |n: &str| GkoOptions {
+        instance: Some(n.into()),
+        ..Default::default()
+    };
+    let mut a = Gko::spawn(&ns, named("gko-a"))?;
+    wait_settled(&ns).await?;
+    let b = Gko::spawn(&ns, named("gko-b"))?;
+    eventually_ready(&b).await?;
+
+    sim.update_faults(|f| f.maintenance_delay_ms = 2000);
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_step(&ns, UpdateStep::Drain).await?;
+    assert_eq!(lease_holder(&ns)?, "gko-a");
+    // SIGTERM, as Kubernetes stops a pod: the call in hand finishes, then the Lease is given up.
+    a.terminate()?;
+    let last_renewal = lease_time(&ns, "renewTime")?;
+    assert!(
+        a.said("released the Lease"),
+        "the holder released the Lease on SIGTERM"
+    );
+    gko_test_support::eventually(
+        "gko-b to hold the Lease",
+        Duration::from_secs(30),
+        || async { Ok((lease_holder(&ns)? == "gko-b").then_some(())) },
+    )
+    .await?;
+    // Taken over before the released Lease would have run out by itself (its last renewal + 15 s).
+    let acquired = lease_time(&ns, "acquireTime")?;
+    assert!(
+        acquired < last_renewal + jiff::SignedDuration::from_secs(15),
+        "taken at {acquired}, the Lease was renewed last at {last_renewal}"
+    );
+    let g = wait_finished(&ns, 2).await?;
+    let status = g.status.unwrap_or_default();
+    assert_eq!(
+        status.last_attempt.as_ref().unwrap().result,
+        UpdateResult::Succeeded
+    );
+    assert_eq!(status.history.len(), 1);
+    gko_test_support::eventually(
+        "every pipeline running",
+        Duration::from_secs(30),
+        || async { Ok((sim.in_maintenance() == ["kept-in-maintenance-00020"]).then_some(())) },
+    )
+    .await?;
+    Ok(())
 }

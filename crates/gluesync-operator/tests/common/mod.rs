@@ -283,6 +283,7 @@ pub struct Gko {
     child: std::process::Child,
     pub metrics_url: String,
     lines: Arc<std::sync::Mutex<Vec<String>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// How to start a [`Gko`].
@@ -316,7 +317,7 @@ impl Gko {
             options.kubeconfig.as_ref().unwrap_or(&ns.cp.kubeconfig),
         )
         .env("RUST_LOG", "info,kube=warn")
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
         if let Some(instance) = &options.instance {
             cmd.env("POD_NAME", instance);
@@ -325,23 +326,30 @@ impl Gko {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn()?;
+        // Its log (standard output) and standard error, kept in one list of lines.
+        let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
-        let keep = lines.clone();
         let name = options.instance.clone().unwrap_or_else(|| "gko".into());
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                eprintln!("[{name}] {line}");
-                keep.lock().map(|mut l| l.push(line)).ok();
-            }
-        });
+        let read = |source: Box<dyn std::io::Read + Send>| {
+            let keep = lines.clone();
+            let name = name.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(source)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    eprintln!("[{name}] {line}");
+                    keep.lock().map(|mut l| l.push(line)).ok();
+                }
+            })
+        };
+        let readers = vec![read(Box::new(stdout)), read(Box::new(stderr))];
         Ok(Gko {
             child,
             metrics_url: format!("http://127.0.0.1:{port}/metrics"),
             lines,
+            readers,
         })
     }
 
@@ -365,6 +373,7 @@ impl Gko {
     pub fn kill(&mut self) -> anyhow::Result<()> {
         self.child.kill()?;
         self.child.wait()?;
+        self.drain_output();
         Ok(())
     }
 
@@ -374,7 +383,15 @@ impl Gko {
             .args(["-TERM", &self.child.id().to_string()])
             .status()?;
         self.child.wait()?;
+        self.drain_output();
         Ok(())
+    }
+
+    /// Waits until every line it wrote has been read.
+    fn drain_output(&mut self) {
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
     }
 
     /// The value of one of its metrics (0 when absent).
