@@ -1,15 +1,24 @@
 //! `gko-bench`: GKO's figures on the local control plane, printed, never asserted.
 //!
-//! - reaction: a `spec.version` change to `status.phase=Updating`, p50 and p99 over 50 runs;
+//! - reaction: a `spec.version` change to `status.phase=Updating`, p50 and p99 over 50 runs, beside the raw
+//!   watch latency (a label patch on the GluesyncPlatform to a watch in this process seeing it, p50 and p99
+//!   over the same 50 runs, interleaved) and the ratio reaction/watch;
+//! - reaction while Core Hub hangs and the catalog is slow: the same `spec.version` change to
+//!   `status.phase=Updating`, p50 and p99 over 10 runs, with Core Hub hanging (`Faults::hang`, pipelines
+//!   left in the ledger so that GKO's calls to resume them hang) and the catalog answering after 60 s
+//!   (`catalog_delay_ms`, a check-now catalog check in flight), set before each change; printed beside the
+//!   normal reaction and the raw watch latency (measured in the same runs), with the ratio to the latter;
 //! - drain and resume of 10,000 pipelines on the simulator;
 //! - GKO's own overhead in a whole update (stability window 0, pods ready at once): the update's wall time
 //!   less the time the API server and kwok take to roll the same images out without GKO;
 //! - GKO's resident memory, idle and during the 10,000-pipeline update.
 //!
 //! GKO runs as its release binary (`target/release/gluesync-operator`, built by `make bench`), the
-//! simulator in this process. Run with `make bench`.
+//! simulator in this process. Run with `make bench`; `gko-bench NAME...` runs only the named figures
+//! (`reaction`, `hang`, `overhead`, `pipelines`, `conductor`).
 
 use std::{
+    collections::HashMap,
     process::{Child, Command, Stdio},
     sync::{
         Arc,
@@ -21,13 +30,13 @@ use std::{
 use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use gko_test_support::TestNamespace;
-use gluesync_operator::api::{FIELD_MANAGER, GluesyncPlatform, Phase};
-use gluesync_simulator::{Options, Simulator};
+use gluesync_operator::api::{CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatform, Phase};
+use gluesync_simulator::{CatalogEntry, Options, Simulator};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::{
-    Api, CustomResourceExt,
+    Api, CustomResourceExt, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::watcher,
+    runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
 
@@ -103,11 +112,20 @@ impl Gko {
 }
 
 async fn setup(hint: &str, sim: &Simulator, window: i64) -> anyhow::Result<TestNamespace> {
+    setup_with(hint, sim, json!({"stabilityWindowSeconds": window})).await
+}
+
+/// The sample install with GKO's CRD, at 2.3.2.1, offline; `spec` replaces fields of the spec.
+async fn setup_with(
+    hint: &str,
+    sim: &Simulator,
+    spec: serde_json::Value,
+) -> anyhow::Result<TestNamespace> {
     let ns = TestNamespace::new(hint).await?;
     gko_test_support::install_crd(&ns.client, &GluesyncPlatform::crd(), FIELD_MANAGER).await?;
     ns.apply(SAMPLE_INSTALL)?;
     ns.apply("apiVersion: v1\nkind: Secret\nmetadata:\n  name: corehub-credentials\nstringData:\n  username: admin\n  password: admin\n")?;
-    let doc = json!({
+    let mut doc = json!({
         "apiVersion": "gluesync.molo17.com/v1alpha1",
         "kind": "GluesyncPlatform",
         "metadata": {"name": "gluesync"},
@@ -115,11 +133,16 @@ async fn setup(hint: &str, sim: &Simulator, window: i64) -> anyhow::Result<TestN
             "version": "2.3.2.1",
             "coreHub": {"url": sim.url, "credentialsSecret": "corehub-credentials"},
             "catalog": {"offline": true},
-            "stabilityWindowSeconds": window,
+            "stabilityWindowSeconds": 0,
             "stabilityTimeoutSeconds": 120,
             "drainTimeoutSeconds": 120,
         },
     });
+    if let (Some(base), Some(extra)) = (doc["spec"].as_object_mut(), spec.as_object()) {
+        for (k, v) in extra {
+            base.insert(k.clone(), v.clone());
+        }
+    }
     ns.apply(&doc.to_string())?;
     Ok(ns)
 }
@@ -173,60 +196,265 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// A `spec.version` change to phase Updating, seen through a watch.
-async fn reaction(runs: usize) -> anyhow::Result<()> {
+/// The label the bench patches on the GluesyncPlatform to measure the raw watch latency; GKO ignores it.
+const MARK: &str = "gko-bench/mark";
+
+/// What the bench's own watch of the platform saw, and when it first saw it.
+#[derive(Default)]
+struct Seen {
+    /// Values of the label [`MARK`].
+    marks: HashMap<String, Instant>,
+    /// Generations of `status.update` seen with phase Updating.
+    updating: HashMap<i64, Instant>,
+}
+
+type Shared = Arc<std::sync::Mutex<Seen>>;
+
+/// Watches the platform from this process (a watch of its own, apart from GKO's).
+fn watch_platform(api: &Api<GluesyncPlatform>) -> (Shared, tokio::task::JoinHandle<()>) {
+    let seen: Shared = Arc::default();
+    let (seen2, api) = (seen.clone(), api.clone());
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = stream.next().await {
+            let now = Instant::now();
+            let g = match ev {
+                Ok(watcher::Event::Apply(g) | watcher::Event::InitApply(g)) => g,
+                _ => continue,
+            };
+            let Ok(mut seen) = seen2.lock() else {
+                return;
+            };
+            if let Some(mark) = g.labels().get(MARK) {
+                seen.marks.entry(mark.clone()).or_insert(now);
+            }
+            if let Some(status) = g.status.as_ref()
+                && status.phase == Some(Phase::Updating)
+                && let Some(u) = status.update.as_ref()
+            {
+                seen.updating.entry(u.generation).or_insert(now);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Waits until the bench's watch has seen what `f` looks for, and returns when it saw it.
+async fn seen_at(
+    seen: &Shared,
+    what: &str,
+    f: impl Fn(&Seen) -> Option<Instant>,
+) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(at) = f(&*seen.lock().map_err(|_| anyhow::anyhow!("lock"))?) {
+            return Ok(at);
+        }
+        if Instant::now() > deadline {
+            bail!("the watch never saw {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// The raw watch latency: a label patch on the platform to the bench's watch seeing it, in ms.
+async fn watch_latency(
+    api: &Api<GluesyncPlatform>,
+    seen: &Shared,
+    mark: &str,
+) -> anyhow::Result<f64> {
+    let sent = Instant::now();
+    api.patch(
+        "gluesync",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {MARK: mark}}})),
+    )
+    .await?;
+    let at = seen_at(seen, "the label patch", |s| s.marks.get(mark).copied()).await?;
+    Ok(at.duration_since(sent).as_secs_f64() * 1000.0)
+}
+
+/// A `spec.version` change to phase Updating seen by the bench's watch, in ms, and the new generation.
+async fn reaction_once(
+    api: &Api<GluesyncPlatform>,
+    seen: &Shared,
+    version: &str,
+) -> anyhow::Result<(f64, i64)> {
+    let sent = Instant::now();
+    let generation = set_version(api, version).await?;
+    let at = seen_at(seen, "phase Updating", |s| {
+        s.updating.get(&generation).copied()
+    })
+    .await?;
+    Ok((at.duration_since(sent).as_secs_f64() * 1000.0, generation))
+}
+
+/// p50 and p99 of a sample, in ms.
+#[derive(Clone, Copy)]
+struct Spread {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl Spread {
+    fn of(mut v: Vec<f64>) -> Spread {
+        v.sort_by(f64::total_cmp);
+        Spread {
+            p50: percentile(&v, 0.5),
+            p99: percentile(&v, 0.99),
+            max: v.last().copied().unwrap_or(0.0),
+        }
+    }
+
+    fn ratio(&self, to: &Spread) -> String {
+        format!(
+            "p50 {:.1}x, p99 {:.1}x",
+            self.p50 / to.p50.max(f64::MIN_POSITIVE),
+            self.p99 / to.p99.max(f64::MIN_POSITIVE)
+        )
+    }
+}
+
+/// The normal reaction and the raw watch latency, for the figures that compare with them.
+struct Reaction {
+    reaction: Spread,
+    watch: Spread,
+}
+
+/// A `spec.version` change to phase Updating, seen through a watch; and, in the same runs, the raw
+/// watch latency of a label patch.
+async fn reaction(runs: usize) -> anyhow::Result<Reaction> {
     let sim = Simulator::start(Options::default()).await?;
     sim.add_pipelines("p", 20);
     let ns = setup("bench-reaction", &sim, 0).await?;
     let gko = Gko::start(&ns, 18181)?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
     wait_for(&api, "phase Current", current).await?;
-
-    // Watch the platform; note when each generation is first seen Updating.
-    let seen: Arc<AtomicU64> = Arc::new(AtomicU64::new(0));
-    let at = Arc::new(std::sync::Mutex::new(Vec::<(i64, Instant)>::new()));
-    let (seen2, at2) = (seen.clone(), at.clone());
-    let watch_api = api.clone();
-    let watching = tokio::spawn(async move {
-        let mut stream = watcher(watch_api, watcher::Config::default()).boxed();
-        while let Some(Ok(ev)) = stream.next().await {
-            if let watcher::Event::Apply(g) = ev
-                && let Some(u) = g.status.as_ref().and_then(|s| s.update.as_ref())
-                && g.status.as_ref().and_then(|s| s.phase) == Some(Phase::Updating)
-                && u.generation as u64 > seen2.load(Ordering::SeqCst)
-            {
-                seen2.store(u.generation as u64, Ordering::SeqCst);
-                if let Ok(mut v) = at2.lock() {
-                    v.push((u.generation, Instant::now()));
-                }
-            }
-        }
-    });
+    let (seen, watching) = watch_platform(&api);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let mut latencies = vec![];
+    let (mut latencies, mut watches) = (vec![], vec![]);
     for i in 0..runs {
+        watches.push(watch_latency(&api, &seen, &format!("run-{i}")).await?);
+        tokio::time::sleep(Duration::from_millis(50)).await;
         let version = if i % 2 == 0 { "2.3.2.2" } else { "2.3.2.1" };
-        let sent = Instant::now();
-        let generation = set_version(&api, version).await?;
+        let (ms, generation) = reaction_once(&api, &seen, version).await?;
+        latencies.push(ms);
         wait_for(&api, "the update to finish", finished(generation)).await?;
-        let when = at
-            .lock()
-            .map_err(|_| anyhow::anyhow!("lock"))?
-            .iter()
-            .find(|(g, _)| *g == generation)
-            .map(|(_, t)| *t)
-            .context("the watch never saw phase Updating")?;
-        latencies.push(when.duration_since(sent).as_secs_f64() * 1000.0);
     }
     watching.abort();
-    latencies.sort_by(f64::total_cmp);
+    let (reaction, watch) = (Spread::of(latencies), Spread::of(watches));
     println!(
         "reaction (spec.version change -> phase Updating, {runs} runs): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        latencies.last().copied().unwrap_or(0.0)
+        reaction.p50, reaction.p99, reaction.max
     );
+    println!(
+        "raw watch latency (label patch on the GluesyncPlatform -> seen by a watch in the bench, {runs} runs): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; reaction/watch: {}",
+        watch.p50,
+        watch.p99,
+        watch.max,
+        reaction.ratio(&watch)
+    );
+    drop(gko);
+    Ok(Reaction { reaction, watch })
+}
+
+/// The reaction while Core Hub hangs and the catalog is slow: pipelines left in the ledger (their exits
+/// failed), so GKO keeps calling Core Hub to resume them, and every such call hangs; a catalog check asked
+/// for with check-now just before, which waits on a catalog that answers after 60 s. Each update then
+/// waits for the catalog in Preflight; once measured, the catalog answers again (GKO's next attempt gets
+/// its answer, about 5 s later) and Preflight refuses the version, newer than the catalog's latest.
+async fn reaction_hung(runs: usize, normal: Option<&Reaction>) -> anyhow::Result<()> {
+    const PIPELINES: usize = 20;
+    let sim = Simulator::start(Options::default()).await?;
+    sim.add_pipelines("p", PIPELINES);
+    sim.set_catalog("gluesync-core-hub", CatalogEntry::all("2.3.2.2"));
+    let ns = setup_with(
+        "bench-hung",
+        &sim,
+        json!({"catalog": {"url": sim.url}, "drainTimeoutSeconds": 1}),
+    )
+    .await?;
+    let gko = Gko::start(&ns, 18186)?;
+    let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(&api, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
+    })
+    .await?;
+
+    // Pipelines in the ledger: an update whose exits all fail leaves them paused.
+    sim.update_faults(|f| {
+        f.error_contains = "/commands/maintenance/exit".into();
+        f.error_count = u32::MAX;
+    });
+    let generation = set_version(&api, "2.3.2.2").await?;
+    let g = wait_for(
+        &api,
+        "the update that leaves pipelines paused",
+        finished(generation),
+    )
+    .await?;
+    let ledger = g.status.map_or(0, |s| s.paused_pipelines.len());
+
+    // Core Hub hangs from now on; GKO's calls to resume the ledger hang with it.
+    sim.update_faults(|f| f.hang = true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let core_hub_calls = || sim.calls().by_agent.values().sum::<u64>();
+    let calls_before = core_hub_calls();
+
+    let (seen, watching) = watch_platform(&api);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (mut latencies, mut watches) = (vec![], vec![]);
+    for i in 0..runs {
+        watches.push(watch_latency(&api, &seen, &format!("hung-{i}")).await?);
+        // The catalog slow, and a check waiting on it.
+        sim.update_faults(|f| f.catalog_delay_ms = 60_000);
+        api.patch(
+            "gluesync",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {CHECK_NOW_ANNOTATION: format!("hung-{i}")}}}),
+            ),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Newer than the catalog's latest: Preflight refuses it once the catalog answers.
+        let version = if i % 2 == 0 { "2.3.2.3" } else { "2.3.2.4" };
+        let (ms, generation) = reaction_once(&api, &seen, version).await?;
+        latencies.push(ms);
+        sim.update_faults(|f| f.catalog_delay_ms = 0);
+        wait_for(&api, "the update to finish", finished(generation)).await?;
+    }
+    watching.abort();
+    let hung_calls = core_hub_calls() - calls_before;
+    let (reaction, watch) = (Spread::of(latencies), Spread::of(watches));
+    println!(
+        "reaction while Core Hub hangs and the catalog is slow (spec.version change -> phase Updating, {ledger} pipelines in the ledger, {hung_calls} Core Hub calls hung, a catalog check in flight, {runs} runs): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        reaction.p50, reaction.p99, reaction.max
+    );
+    println!(
+        "  raw watch latency in the same runs: p50 {:.1} ms, p99 {:.1} ms; hung reaction/watch: {}",
+        watch.p50,
+        watch.p99,
+        reaction.ratio(&watch)
+    );
+    if let Some(n) = normal {
+        println!(
+            "  normal reaction: p50 {:.1} ms, p99 {:.1} ms (reaction/watch {}); normal raw watch latency: p50 {:.1} ms, p99 {:.1} ms; hung reaction/normal raw watch: {}; hung/normal reaction: {}",
+            n.reaction.p50,
+            n.reaction.p99,
+            n.reaction.ratio(&n.watch),
+            n.watch.p50,
+            n.watch.p99,
+            reaction.ratio(&n.watch),
+            reaction.ratio(&n.reaction)
+        );
+    }
     drop(gko);
     Ok(())
 }
@@ -403,8 +631,13 @@ async fn main() -> anyhow::Result<()> {
     let all = which.is_empty();
     let wants = |name: &str| all || which.iter().any(|w| w == name);
     gko_test_support::control_plane();
-    if wants("reaction") {
-        reaction(50).await?;
+    let normal = if wants("reaction") {
+        Some(reaction(50).await?)
+    } else {
+        None
+    };
+    if wants("hang") {
+        reaction_hung(10, normal.as_ref()).await?;
     }
     if wants("overhead") {
         overhead(10).await?;

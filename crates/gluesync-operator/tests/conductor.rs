@@ -540,3 +540,261 @@ spec:
     assert!(back, "the API stayed unavailable after the self-update");
     Ok(())
 }
+
+/// A catalog entry with its own latest version on GA and on beta (alpha as beta).
+fn ga_beta(ga: &str, beta: &str) -> gluesync_simulator::CatalogEntry {
+    gluesync_simulator::CatalogEntry {
+        latest_version_ga: ga.into(),
+        latest_version_beta: beta.into(),
+        latest_version_alpha: beta.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_beta_update_all_runs_the_beta_versions() -> anyhow::Result<()> {
+    let ns = namespace("ui-beta").await?;
+    let sim = simulator().await?;
+    sim.set_catalog("gluesync-core-hub", ga_beta("2.3.2.2", "2.3.3.0"));
+    sim.set_catalog("gluesync-chronos", ga_beta("0.3.3", "0.3.4"));
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    let ui = Ui::new(base);
+    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
+
+    // The setup landed: GKO reads the two channels of the catalog apart.
+    let viewer = sim.token_for("viewer");
+    let (code, body) = ui
+        .get(
+            "/conductor/api/services/gluesync-gluesync-core-hub/version/beta",
+            Some(&viewer),
+        )
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"]["latestVersionGA"], "2.3.2.2", "{body}");
+    assert_eq!(body["data"]["latestVersionBeta"], "2.3.3.0", "{body}");
+    assert_eq!(body["data"]["currentVersion"], "2.3.2.1", "{body}");
+
+    // Update all on beta: the answer comes when the update has ended.
+    let manager = sim.token_for("manager");
+    let (code, body) = ui
+        .post(
+            "/conductor/api/containers",
+            Some(&manager),
+            json!({"action": "update", "ids": [], "releaseChannel": "beta"}).to_string(),
+        )
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["success"], true, "{body}");
+    assert_eq!(body["data"]["result"], "Succeeded", "{body}");
+    let results = body["data"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let status_of = |id: &str| {
+        results
+            .iter()
+            .find(|c| c["id"] == id)
+            .map(|c| c["status"].clone())
+    };
+    assert_eq!(
+        status_of("gluesync-gluesync-core-hub"),
+        Some(json!("OK")),
+        "{body}"
+    );
+    assert_eq!(
+        status_of("gluesync-gluesync-chronos"),
+        Some(json!("OK")),
+        "{body}"
+    );
+
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(
+        g.spec.version, "2.3.3.0",
+        "the beta version, not GA's 2.3.2.2"
+    );
+    assert_eq!(
+        g.spec.release_channel,
+        gluesync_operator::api::ReleaseChannel::Ga,
+        "the UI's channel is for this request only"
+    );
+    let request_id = g.spec.request_id.clone().unwrap_or_default();
+    assert!(request_id.starts_with("ui-"), "{request_id}");
+    let annotation = g
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("gluesync.molo17.com/request"))
+        .cloned()
+        .unwrap_or_default();
+    let request: Value = serde_json::from_str(&annotation)
+        .map_err(|e| anyhow::anyhow!("annotation {annotation:?}: {e}"))?;
+    assert_eq!(request["channel"], "beta", "{annotation}");
+    assert_eq!(request["id"], request_id.as_str(), "{annotation}");
+    let status = g.status.clone().unwrap_or_default();
+    let attempt = status.last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.target.as_deref(), Some("2.3.3.0"));
+    assert_eq!(attempt.request_id.as_deref(), Some(request_id.as_str()));
+    assert_eq!(status.version.as_deref(), Some("2.3.3.0"));
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.3.0"
+    );
+    // The modules follow Core Hub on the request's channel too.
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.4"
+    );
+
+    // What the UI reads to offer the next update is computed on the channel it asks about: a Chronos
+    // newer than the one that runs on beta only.
+    sim.set_catalog("gluesync-chronos", ga_beta("0.3.4", "0.3.5"));
+    let (code, body) = ui
+        .get(
+            "/conductor/api/services/gluesync-gluesync-core-hub/version/beta",
+            Some(&viewer),
+        )
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"]["currentVersion"], "2.3.3.0", "{body}");
+    assert_eq!(body["data"]["releaseChannel"], "beta", "{body}");
+    assert_eq!(
+        body["data"]["servicesToUpdate"],
+        json!(["gluesync-gluesync-chronos"]),
+        "{body}"
+    );
+    assert_eq!(body["data"]["mandatoryUpdate"], true, "{body}");
+    let (code, body) = ui
+        .get(
+            "/conductor/api/services/gluesync-gluesync-core-hub/version/ga",
+            Some(&viewer),
+        )
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"]["releaseChannel"], "ga", "{body}");
+    assert_eq!(body["data"]["servicesToUpdate"], json!([]), "{body}");
+    assert_eq!(body["data"]["mandatoryUpdate"], false, "{body}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinning_one_module_after_a_ui_update_moves_no_other() -> anyhow::Result<()> {
+    let ns = namespace("ui-pin").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    let ui = Ui::new(base);
+    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
+    let manager = sim.token_for("manager");
+    let (code, body) = ui
+        .post("/conductor/api/containers", Some(&manager), update_all())
+        .await?;
+    assert_eq!(
+        (code, body["data"]["result"].clone()),
+        (200, json!("Succeeded")),
+        "{body}"
+    );
+    let g = platforms(&ns).get("gluesync").await?;
+    let request_id = g.spec.request_id.clone();
+    assert!(
+        request_id.as_deref().is_some_and(|r| r.starts_with("ui-")),
+        "{request_id:?}"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.3"
+    );
+
+    // The catalog now offers a newer Chronos and Prometheus than run: an update that took every module
+    // to the catalog's latest would move them.
+    sim.set_catalog(
+        "gluesync-chronos",
+        gluesync_simulator::CatalogEntry::all("0.3.4"),
+    );
+    sim.set_catalog(
+        "prometheus",
+        gluesync_simulator::CatalogEntry::all("2.54.0"),
+    );
+    let viewer = sim.token_for("viewer");
+    let (code, body) = ui
+        .get(
+            "/conductor/api/services/gluesync-gluesync-core-hub/version/ga",
+            Some(&viewer),
+        )
+        .await?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        body["data"]["servicesToUpdate"],
+        json!(["gluesync-gluesync-chronos", "gluesync-gluesync-prometheus"]),
+        "the newer Chronos and Prometheus are offered: {body}"
+    );
+
+    // Pin Grafana only, keeping the pins the UI wrote and its requestID.
+    let mut modules = g.spec.modules.clone();
+    modules.insert("gluesync-gluesync-grafana".into(), "11.3.0".into());
+    patch_spec(&ns, json!({ "modules": modules })).await?;
+    let pinned = platforms(&ns).get("gluesync").await?;
+    let generation = pinned.metadata.generation.unwrap_or(0);
+    assert!(generation > g.metadata.generation.unwrap_or(0));
+    assert_eq!(pinned.spec.request_id, request_id, "the requestID stayed");
+    assert_eq!(pinned.spec.modules, modules);
+
+    let g = wait_finished(&ns, generation).await?;
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.generation, Some(generation));
+    assert_eq!(status.history.len(), 2, "the UI's update, then the pin");
+    assert_eq!(
+        image_of(&ns, "deployment", "gluesync-gluesync-grafana").await?,
+        "molo17/grafana:11.3.0"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.3",
+        "Chronos moved"
+    );
+    assert_eq!(
+        image_of(&ns, "deployment", "gluesync-gluesync-prometheus").await?,
+        "molo17/prometheus:2.53.0",
+        "Prometheus moved"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.2"
+    );
+    let by_name = |n: &str| {
+        attempt
+            .results
+            .iter()
+            .find(|r| r.name == n)
+            .map(|r| r.status)
+    };
+    use gluesync_operator::api::ComponentResultStatus;
+    assert_eq!(
+        by_name("gluesync-gluesync-grafana"),
+        Some(ComponentResultStatus::Ok)
+    );
+    for other in [
+        "gluesync-gluesync-core-hub",
+        "gluesync-gluesync-chronos",
+        "gluesync-gluesync-prometheus",
+    ] {
+        assert_eq!(
+            by_name(other),
+            Some(ComponentResultStatus::Skipped),
+            "{other}: {attempt:?}"
+        );
+    }
+    Ok(())
+}

@@ -521,6 +521,164 @@ async fn two_gko_at_once_still_make_one_update() -> anyhow::Result<()> {
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_hub_that_restarts_once_while_warming_up_passes_its_stability_check()
+-> anyhow::Result<()> {
+    let ns = namespace("restart-once").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+    let states = core_hub_pod_states(&ns);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    patch_spec(&ns, json!({"version": "2.3.2.2-restart-once"})).await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+
+    // The fault landed: the new pod was seen running, not ready, with its container restarted once,
+    // and it is ready now with that restart still counted.
+    let image = "molo17/gluesync-core-hub:2.3.2.2-restart-once";
+    let seen = states.lock().map(|s| s.clone()).unwrap_or_default();
+    assert!(
+        seen.iter()
+            .any(|(i, ready, restarts)| i == image && !ready && *restarts == 1),
+        "the pod never restarted before it was ready: {seen:?}"
+    );
+    let restarts = ns.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=gluesync-gluesync-core-hub",
+        "-o",
+        "jsonpath={range .items[*]}{.spec.containers[0].image} {.status.containerStatuses[0].ready} \
+         {.status.containerStatuses[0].restartCount}{\"\\n\"}{end}",
+    ])?;
+    assert_eq!(restarts.trim(), format!("{image} true 1"));
+
+    // The outcome: a restart before the window began does not fail the check.
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(status.phase, Some(Phase::Current));
+    assert_eq!(status.version.as_deref(), Some("2.3.2.2"));
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        image
+    );
+    let core = attempt
+        .results
+        .iter()
+        .find(|r| r.name == "gluesync-gluesync-core-hub")
+        .unwrap();
+    assert_eq!(core.status, ComponentResultStatus::Ok);
+    assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_delete_core_hub_is_refused_in_preflight() -> anyhow::Result<()> {
+    let ns = namespace("on-delete").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+    {
+        use k8s_openapi::api::apps::v1::StatefulSet;
+        let sts: kube::Api<StatefulSet> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+        sts.patch(
+            "gluesync-gluesync-core-hub",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({
+                "spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}
+            })),
+        )
+        .await?;
+    }
+    // The fault landed.
+    assert_eq!(
+        ns.kubectl(&[
+            "get",
+            "statefulset",
+            "gluesync-gluesync-core-hub",
+            "-o",
+            "jsonpath={.spec.updateStrategy.type}",
+        ])?
+        .trim(),
+        "OnDelete"
+    );
+    // Let GKO's watch see it before the spec changes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Refused, "{attempt:?}");
+    assert!(attempt.message.contains("OnDelete"), "{}", attempt.message);
+    assert_eq!(
+        status.phase,
+        Some(Phase::UpdateAvailable),
+        "a Refused update leaves the phase as it was"
+    );
+    let reasons = event_reasons_through(&ns, "UpdateRefused").await?;
+    assert_eq!(reasons, ["UpdateStarted", "UpdateRefused"]);
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.2.1"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.2"
+    );
+    let calls = sim.calls();
+    assert!(
+        calls.enter.is_empty(),
+        "pipelines were paused: {:?}",
+        calls.enter
+    );
+    assert!(status.paused_pipelines.is_empty());
+    Ok(())
+}
+
+/// Every (image, ready, restart count) the Core Hub pods were seen in, in order, as a watch sees them.
+fn core_hub_pod_states(
+    ns: &gko_test_support::TestNamespace,
+) -> std::sync::Arc<std::sync::Mutex<Vec<(String, bool, i32)>>> {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::watcher;
+    let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = out.clone();
+    let api: kube::Api<Pod> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+    let config =
+        watcher::Config::default().labels("app.kubernetes.io/name=gluesync-gluesync-core-hub");
+    tokio::spawn(async move {
+        let mut stream = watcher(api, config).boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            let (watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event else {
+                continue;
+            };
+            let image = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default();
+            let Some(cs) = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next())
+            else {
+                continue;
+            };
+            if let Ok(mut v) = sink.lock() {
+                v.push((image, cs.ready, cs.restart_count));
+            }
+        }
+    });
+    out
+}
+
 /// The image changes of the namespace's StatefulSets, in order, as a watch sees them.
 fn image_changes(
     ns: &gko_test_support::TestNamespace,
