@@ -178,9 +178,12 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
             }
         }
 
+        let mut failed = false;
         for action in decision.actions {
-            if let Some(updated) = execute(view, &gsp, action).await {
-                gsp = updated;
+            match execute(view, &gsp, action).await {
+                Ok(Some(updated)) => gsp = updated,
+                Ok(None) => {}
+                Err(()) => failed = true,
             }
         }
         ctx.corehub.want(&gsp, decision.corehub);
@@ -189,7 +192,9 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
             record(view, &gsp, event.warning, event.reason, event.message).await;
         }
         if !decision.again {
-            return Ok(match decision.requeue {
+            // A failed action is tried again soon, whatever else the decision waits for.
+            let retry = failed.then_some(Duration::from_secs(2));
+            return Ok(match decision.requeue.into_iter().chain(retry).min() {
                 Some(after) => Requeue::requeue(after),
                 None => Requeue::await_change(),
             });
@@ -293,8 +298,13 @@ async fn record(view: &View, gsp: &GluesyncPlatform, warning: bool, reason: &str
     }
 }
 
-/// Carries out one action; the platform as written, when the action changed it.
-async fn execute(view: &View, gsp: &GluesyncPlatform, action: Action) -> Option<GluesyncPlatform> {
+/// Carries out one action: the platform as written when the action changed it, `Err` when it failed
+/// (logged; the reconcile is retried soon).
+async fn execute(
+    view: &View,
+    gsp: &GluesyncPlatform,
+    action: Action,
+) -> Result<Option<GluesyncPlatform>, ()> {
     let ns = &view.namespace;
     let writer = &view.writer;
     match action {
@@ -305,29 +315,37 @@ async fn execute(view: &View, gsp: &GluesyncPlatform, action: Action) -> Option<
             image,
         } => {
             info!(workload = %name, %image, "setting image");
-            if let Err(e) = writer.set_image(ns, kind, &name, &container, &image).await {
-                warn!(workload = %name, error = %e, "setting the image failed; retrying");
-            }
+            writer
+                .set_image(ns, kind, &name, &container, &image)
+                .await
+                .map_err(
+                    |e| warn!(workload = %name, error = %e, "setting the image failed; retrying"),
+                )?;
         }
         Action::DeletePod(pod) => {
             info!(%pod, "deleting a pod of the failed revision");
-            if let Err(e) = writer.delete_pod(ns, &pod).await {
-                warn!(%pod, error = %e, "deleting the pod failed; retrying");
-            }
+            writer
+                .delete_pod(ns, &pod)
+                .await
+                .map_err(|e| warn!(%pod, error = %e, "deleting the pod failed; retrying"))?;
         }
         Action::AddFinalizer | Action::RemoveFinalizer => {
             let on = action == Action::AddFinalizer;
-            match writer.set_finalizer(gsp, on).await {
-                Ok(()) => {
-                    info!(on, "finalizer {}", if on { "added" } else { "removed" });
-                    let api: Api<GluesyncPlatform> = Api::namespaced(writer.client().clone(), ns);
-                    return api.get_opt(&gsp.name_any()).await.ok().flatten();
-                }
-                Err(e) => warn!(error = %e, on, "changing the finalizer failed; retrying"),
+            writer
+                .set_finalizer(gsp, on)
+                .await
+                .map_err(|e| warn!(error = %e, on, "changing the finalizer failed; retrying"))?;
+            info!(on, "finalizer {}", if on { "added" } else { "removed" });
+            let api: Api<GluesyncPlatform> = Api::namespaced(writer.client().clone(), ns);
+            let mut fresh = api.get_opt(&gsp.name_any()).await.ok().flatten();
+            if let Some(f) = &mut fresh {
+                // Keep the complete lists the engine works on.
+                f.status = gsp.status.clone();
             }
+            return Ok(fresh);
         }
     }
-    None
+    Ok(None)
 }
 
 pub fn error_policy(gsp: Arc<GluesyncPlatform>, error: &Error, ctx: Arc<Context>) -> Requeue {
