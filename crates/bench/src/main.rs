@@ -402,10 +402,10 @@ async fn reaction_hung(runs: usize, normal: Option<&Reaction>) -> anyhow::Result
     let ledger = g.status.map_or(0, |s| s.paused_pipelines.len());
 
     // Core Hub hangs from now on; GKO's calls to resume the ledger hang with it.
-    sim.update_faults(|f| f.hang = true);
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let core_hub_calls = || sim.calls().by_agent.values().sum::<u64>();
     let calls_before = core_hub_calls();
+    sim.update_faults(|f| f.hang = true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
 
     let (seen, watching) = watch_platform(&api);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -428,7 +428,8 @@ async fn reaction_hung(runs: usize, normal: Option<&Reaction>) -> anyhow::Result
         let (ms, generation) = reaction_once(&api, &seen, version).await?;
         latencies.push(ms);
         sim.update_faults(|f| f.catalog_delay_ms = 0);
-        wait_for(&api, "the update to finish", finished(generation)).await?;
+        let g = wait_for(&api, "the update to finish", finished(generation)).await?;
+        eprintln!("DEBUG run {i}: {ms:.1} ms, calls {} , {:?}", core_hub_calls() - calls_before, g.status.and_then(|s| s.last_attempt).map(|a| (a.result, a.message)));
     }
     watching.abort();
     let hung_calls = core_hub_calls() - calls_before;

@@ -354,7 +354,13 @@ async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()>
     });
     install_with_simulator(&ns, &sim, json!({"drainTimeoutSeconds": 3}))?;
     let _gko = Operator::start(&ns);
-    wait_settled(&ns).await?;
+    // The catalog check runs in the background: wait until it has said 2.3.2.2 is available.
+    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
     let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
     let status = g.status.unwrap_or_default();
