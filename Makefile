@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench fuzz crd cluster-up cluster-down
+.PHONY: demo test bench fuzz crd model-check cluster-up cluster-down
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -12,6 +12,11 @@ test:
 ## Fuzz the Conductor API's request parsing (SECONDS=60).
 fuzz:
 	hack/fuzz.sh $${SECONDS:-60}
+
+## Model-check the update deeper than the test suite does (GKO_MODEL_STATES distinct states, default 2,000,000).
+model-check:
+	GKO_MODEL_STATES=$${GKO_MODEL_STATES:-2000000} GKO_MODEL_CRASHES=$${GKO_MODEL_CRASHES:-3} \
+	  cargo test --release -p gluesync-operator --lib update::model -- --include-ignored --nocapture
 
 ## Write the CRD generated from the Rust types to deploy/crd.yaml.
 crd:

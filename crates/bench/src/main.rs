@@ -4,7 +4,7 @@
 //!   watch latency (a label patch on the GluesyncPlatform to a watch in this process seeing it, p50 and p99
 //!   over the same 50 runs, interleaved) and the ratio reaction/watch;
 //! - reaction while Core Hub hangs and the catalog is slow: the same `spec.version` change to
-//!   `status.phase=Updating`, p50 and p99 over 10 runs, with Core Hub hanging (`Faults::hang`, pipelines
+//!   `status.phase=Updating`, p50 and p99 over 50 runs, with Core Hub hanging (`Faults::hang`, pipelines
 //!   left in the ledger so that GKO's calls to resume them hang) and the catalog answering after 60 s
 //!   (`catalog_delay_ms`, a check-now catalog check in flight), set before each change; printed beside the
 //!   normal reaction and the raw watch latency (measured in the same runs), with the ratio to the latter;
@@ -428,8 +428,7 @@ async fn reaction_hung(runs: usize, normal: Option<&Reaction>) -> anyhow::Result
         let (ms, generation) = reaction_once(&api, &seen, version).await?;
         latencies.push(ms);
         sim.update_faults(|f| f.catalog_delay_ms = 0);
-        let g = wait_for(&api, "the update to finish", finished(generation)).await?;
-        eprintln!("DEBUG run {i}: {ms:.1} ms, calls {} , {:?}", core_hub_calls() - calls_before, g.status.and_then(|s| s.last_attempt).map(|a| (a.result, a.message)));
+        wait_for(&api, "the update to finish", finished(generation)).await?;
     }
     watching.abort();
     let hung_calls = core_hub_calls() - calls_before;
@@ -638,7 +637,7 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     if wants("hang") {
-        reaction_hung(10, normal.as_ref()).await?;
+        reaction_hung(50, normal.as_ref()).await?;
     }
     if wants("overhead") {
         overhead(10).await?;

@@ -134,6 +134,9 @@ pub(super) fn finish(
     status.history.truncate(HISTORY_LIMIT);
     if result == UpdateResult::Refused {
         status.phase = u.previous_phase;
+        if super::mutated(super::Mutant::RefusedPhaseCurrent) {
+            status.phase = Some(crate::api::Phase::Current);
+        }
     }
     let done = GluesyncPlatform {
         status: Some(status),

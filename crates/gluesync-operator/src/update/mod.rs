@@ -12,6 +12,8 @@
 //! keeps asking Core Hub to resume them until Core Hub lists them running (see [`pipelines`]).
 
 mod finish;
+#[cfg(test)]
+mod model;
 mod pipelines;
 mod plan;
 mod rollout;
@@ -35,6 +37,48 @@ use crate::{
 };
 
 pub use plan::target_image;
+
+/// Deliberate bugs the model checker's tests switch on (per thread, in tests only) to show that each
+/// property it checks bites. Outside tests none is ever on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum Mutant {
+    /// The engine before the ledger: Resume exits only the pipelines it sees in maintenance mode, and
+    /// late maintenance requests are not watched for.
+    OldResume,
+    /// Drain asks Core Hub to pause pipelines before it records them in the status.
+    PauseBeforeRecord,
+    /// Drain moves on to CoreHub as soon as one pipeline is in maintenance mode.
+    PatchBeforeDrained,
+    /// A drain timeout still patches Core Hub.
+    RefusedPatches,
+    /// A Refused update sets the phase to Current.
+    RefusedPhaseCurrent,
+}
+
+#[cfg(test)]
+thread_local! {
+    static MUTANT: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Switches a deliberate bug on (or off) for this thread.
+#[cfg(test)]
+pub(crate) fn set_mutant(m: Option<Mutant>) {
+    MUTANT.with(|c| c.set(m));
+}
+
+/// Is this deliberate bug on? Never outside tests.
+#[allow(unused_variables)]
+pub(crate) fn mutated(m: Mutant) -> bool {
+    #[cfg(test)]
+    {
+        MUTANT.with(|c| c.get() == Some(m))
+    }
+    #[cfg(not(test))]
+    {
+        false
+    }
+}
 
 /// How many updates `status.history` keeps.
 pub const HISTORY_LIMIT: usize = 10;

@@ -16,7 +16,7 @@ use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Decision, Observed, move_to, passed, plus, settle_outcome};
+use super::{Decision, Mutant, Observed, move_to, mutated, passed, plus, settle_outcome};
 use crate::{
     api::{GluesyncPlatform, LateMaintenance, UpdateResult, UpdateStatus, UpdateStep},
     corehub::{Listing, Pipeline, Work},
@@ -136,7 +136,9 @@ pub(super) fn drain(
         .filter(|p| !p.is_in_maintenance_mode)
         .map(|p| p.id.clone())
         .collect();
-    if running.is_empty() {
+    let drained = running.is_empty()
+        || (mutated(Mutant::PatchBeforeDrained) && list.iter().any(|p| p.is_in_maintenance_mode));
+    if drained {
         d.status.message = Some(format!(
             "{} pipelines in maintenance mode; changing the Core Hub image",
             d.status.paused_pipelines.len()
@@ -170,7 +172,7 @@ pub(super) fn drain(
         .filter(|id| !known.contains(id.as_str()))
         .cloned()
         .collect();
-    if !new.is_empty() {
+    if !new.is_empty() && !mutated(Mutant::PauseBeforeRecord) {
         let more = if d.status.paused_pipelines.is_empty() {
             ""
         } else {
@@ -221,7 +223,7 @@ fn drain_timeout(
         .cloned()
         .collect();
     let window = timeout.max(LATE_WINDOW_MIN_SECONDS);
-    if !late.is_empty() {
+    if !late.is_empty() && !mutated(Mutant::OldResume) {
         d.status.late_maintenance = Some(LateMaintenance {
             pipelines: late,
             until: plus(now, timeout.max(window)),
@@ -232,6 +234,17 @@ fn drain_timeout(
          for maintenance requests Core Hub applies late; the update is refused"
     );
     d.event(true, "DrainTimeout", message.clone());
+    if mutated(Mutant::RefusedPatches)
+        && let Some(c) = u.components.iter().find(|c| super::rollout::is_core(c))
+        && let Some(to) = &c.to_image
+    {
+        d.actions.push(super::Action::SetImage {
+            kind: c.kind,
+            name: c.name.clone(),
+            container: c.container.clone(),
+            image: to.clone(),
+        });
+    }
     settle_outcome(
         u,
         UpdateResult::Refused,
@@ -265,11 +278,13 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<String> {
     let listed: BTreeSet<&str> = list.iter().map(|p| p.id.as_str()).collect();
     let (released, owed): (Vec<String>, Vec<String>) =
         d.status.paused_pipelines.iter().cloned().partition(|id| {
-            obs.corehub
+            let asked_out = obs
+                .corehub
                 .exits
                 .get(id)
                 .is_some_and(|asked| asked.0 < at.0)
-                && (!paused.contains(id.as_str()) || !listed.contains(id.as_str()))
+                || mutated(Mutant::OldResume);
+            asked_out && (!paused.contains(id.as_str()) || !listed.contains(id.as_str()))
         });
     d.status.paused_pipelines = owed;
     released
