@@ -39,6 +39,9 @@ say "installing the GluesyncPlatform CRD and a sample install at Core Hub 2.3.2.
 kubectl apply --server-side -f deploy/crd.yaml >/dev/null
 kubectl wait --for=condition=Established crd/gluesyncplatforms.gluesync.molo17.com --timeout=30s >/dev/null
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+# A previous run's platform goes; a finalizer left by an interrupted update would hold it, with no GKO
+# running to take it off.
+kubectl -n "$ns" patch gsp gluesync --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
 kubectl -n "$ns" delete gsp gluesync --ignore-not-found >/dev/null
 kubectl -n "$ns" apply --server-side --force-conflicts -f examples/sample/install.yaml >/dev/null
 kubectl -n "$ns" create secret generic corehub-credentials --from-literal=username=admin \
