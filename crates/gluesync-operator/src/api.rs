@@ -373,6 +373,9 @@ pub struct UpdateStatus {
     /// Release channel the versions come from: the request's (from the Core Hub UI), else the spec's.
     #[serde(default)]
     pub channel: ReleaseChannel,
+    /// Who asked for this update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<RequestedBy>,
     /// The `metadata.generation` the update was started for.
     pub generation: i64,
     pub started_at: Time,
@@ -388,6 +391,28 @@ pub struct UpdateStatus {
     /// The phase before the update, which a Refused update leaves as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_phase: Option<Phase>,
+}
+
+/// Who asked for an update.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestedBy {
+    /// The Core Hub user, when the update came from the Core Hub UI.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// That user's Core Hub role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// `ui` (the Conductor API) or `spec` (a change of the resource: kubectl, Git).
+    pub via: RequestVia,
+}
+
+/// How an update was asked for.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RequestVia {
+    Ui,
+    Spec,
 }
 
 /// An update's result, known before its end, and why.
@@ -622,6 +647,9 @@ pub struct Attempt {
     pub target: Option<String>,
     #[serde(rename = "requestID", default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// Who asked for the update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<RequestedBy>,
     /// The `metadata.generation` the update ran for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
@@ -666,6 +694,9 @@ pub struct HistoryEntry {
     pub message: String,
     #[serde(rename = "requestID", default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// Who asked for the update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<RequestedBy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     pub finished_at: Time,

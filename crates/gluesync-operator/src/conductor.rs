@@ -415,9 +415,10 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
         }
         ContainersAction::Update { ids, channel } => (ids, channel),
     };
-    if let Err(resp) = api.require(&headers, Gate::Control).await {
-        return resp;
-    }
+    let caller = match api.require(&headers, Gate::Control).await {
+        Ok(c) => c,
+        Err(resp) => return resp,
+    };
     let Ok(_one) = api.updating.try_lock() else {
         return failure(
             StatusCode::CONFLICT,
@@ -511,7 +512,7 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
     if let Err(e) = api
         .view
         .writer
-        .write_update_request(&gsp, &version, &modules, &request_id, channel)
+        .write_update_request(&gsp, &version, &modules, &request_id, channel, &caller)
         .await
     {
         return failure(
@@ -520,7 +521,14 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
             e.to_string(),
         );
     }
-    tracing::info!(gsp = %gsp.metadata.name.clone().unwrap_or_default(), %version, %request_id, "update requested from the UI");
+    tracing::info!(
+        gsp = %gsp.metadata.name.clone().unwrap_or_default(),
+        %version,
+        %request_id,
+        username = %caller.username,
+        role = %caller.role,
+        "update requested from the Core Hub UI"
+    );
     match wait_for_attempt(&api, &request_id).await {
         Ok(answer) => answer,
         Err(resp) => resp,

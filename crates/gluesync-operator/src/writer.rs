@@ -228,8 +228,8 @@ impl Writer {
     }
 
     /// Writes an update request from the Core Hub UI into the spec: `version`, `modules` and a fresh
-    /// `requestID`, under GKO's field manager, with the request's release channel in the annotation
-    /// `gluesync.molo17.com/request`. The controller then runs it like any other spec change.
+    /// `requestID`, under GKO's field manager, with the request's release channel and who asked in the
+    /// annotation `gluesync.molo17.com/request`. The controller then runs it like any other spec change.
     ///
     /// Not gated by the Lease: it relays a user's request, and the Conductor API answers on every replica
     /// (the Lease holder then runs the update).
@@ -240,8 +240,15 @@ impl Writer {
         modules: &BTreeMap<String, String>,
         request_id: &str,
         channel: crate::api::ReleaseChannel,
+        caller: &crate::conductor::Caller,
     ) -> Result<GluesyncPlatform, kube::Error> {
-        let request = json!({"id": request_id, "channel": channel}).to_string();
+        let request = json!({
+            "id": request_id,
+            "channel": channel,
+            "username": caller.username,
+            "role": caller.role,
+        })
+        .to_string();
         let ns = gsp.namespace().unwrap_or_default();
         let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
         let patch = json!({

@@ -71,6 +71,20 @@ async fn serving(
     Ok((ns, sim, gko, Ui::new(base)))
 }
 
+/// The message of the UpdateStarted event on the GluesyncPlatform.
+async fn started_event(ns: &gko_test_support::TestNamespace) -> anyhow::Result<String> {
+    use k8s_openapi::api::events::v1::Event;
+    let events: kube::Api<Event> = kube::Api::namespaced(ns.client.clone(), &ns.name);
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("UpdateStarted"))
+        .and_then(|e| e.note)
+        .unwrap_or_default())
+}
+
 fn update_all() -> String {
     json!({"action": "update", "ids": [], "releaseChannel": "ga"}).to_string()
 }
@@ -170,7 +184,29 @@ async fn a_manager_updates_the_platform_from_the_ui() -> anyhow::Result<()> {
     assert_eq!(status_of("gluesync-gluesync-core-hub"), Some(json!("OK")));
     assert_eq!(status_of("gluesync-gluesync-chronos"), Some(json!("OK")));
 
+    // Who asked is recorded: the last attempt, the history entry and the UpdateStarted event name them.
     let g = platforms(&ns).get("gluesync").await?;
+    let status = g.status.clone().unwrap_or_default();
+    let by = status
+        .last_attempt
+        .as_ref()
+        .and_then(|a| a.requested_by.clone());
+    let by = by.expect("lastAttempt.requestedBy");
+    assert_eq!(
+        (by.username.as_deref(), by.role.as_deref(), by.via),
+        (
+            Some("manager"),
+            Some("MANAGER"),
+            gluesync_operator::api::RequestVia::Ui
+        )
+    );
+    assert_eq!(status.history[0].requested_by.as_ref(), Some(&by));
+    let started = started_event(&ns).await?;
+    assert!(
+        started.contains("asked by manager (MANAGER) from the Core Hub UI"),
+        "{started}"
+    );
+
     assert_eq!(
         g.spec.version, "2.3.2.2",
         "GKO wrote the version asked for into the spec"

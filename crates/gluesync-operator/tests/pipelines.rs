@@ -306,3 +306,44 @@ async fn the_api_server_gone_for_5_s_during_drain() -> anyhow::Result<()> {
     assert!(sim.calls().enter.values().all(|n| *n == 1));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_hub_answer_without_the_maintenance_field_is_never_read_as_running()
+-> anyhow::Result<()> {
+    let ns = namespace("missing-field").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    wait_for_step(&ns, UpdateStep::CoreHub).await?;
+    // A Core Hub that renamed the field: its lists say nothing of maintenance mode.
+    sim.update_faults(|f| f.omit_maintenance_field = true);
+    wait_for_platform(&ns, "Resume reporting the missing field", |g| {
+        step_of(g) == Some(UpdateStep::Resume)
+            && g.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains("isInMaintenanceMode"))
+    })
+    .await?;
+    // The fault landed, and nothing was taken for "running": the ledger holds every pipeline although
+    // Core Hub already runs them again (the exits went through).
+    eventually(
+        "the exits to be applied",
+        Duration::from_secs(30),
+        || async { Ok((sim.in_maintenance() == ["kept-in-maintenance-00020"]).then_some(())) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(step_of(&g), Some(UpdateStep::Resume));
+    assert_eq!(g.status.unwrap_or_default().paused_pipelines.len(), 20);
+    sim.update_faults(|f| f.omit_maintenance_field = false);
+    let g = wait_finished(&ns, 2).await?;
+    let status = g.status.unwrap_or_default();
+    assert_eq!(status.last_attempt.unwrap().result, UpdateResult::Succeeded);
+    assert!(status.paused_pipelines.is_empty());
+    Ok(())
+}

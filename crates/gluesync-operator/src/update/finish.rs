@@ -104,6 +104,7 @@ pub(super) fn finish(
     let attempt = Attempt {
         target: u.target.clone(),
         request_id: u.request_id.clone(),
+        requested_by: u.requested_by.clone(),
         generation: Some(u.generation),
         result,
         message: message.clone(),
@@ -119,6 +120,7 @@ pub(super) fn finish(
         result,
         message: message.clone(),
         request_id: u.request_id.clone(),
+        requested_by: u.requested_by.clone(),
         started_at: Some(u.started_at.clone()),
         finished_at: now.clone(),
         previous_images: u

@@ -361,19 +361,48 @@ fn mark_updating(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision, u: Up
     d.status.update = Some(u);
 }
 
+/// An update request of the Core Hub UI, as the Conductor API recorded it in the annotation
+/// `gluesync.molo17.com/request` beside the `spec.requestID` it wrote.
+#[derive(serde::Deserialize)]
+pub(crate) struct UiRequest {
+    id: String,
+    channel: ReleaseChannel,
+    #[serde(default)]
+    username: Option<String>,
+    #[serde(default)]
+    role: Option<String>,
+}
+
+/// The Core Hub UI's request for the current `spec.requestID`, if that is where it came from.
+fn ui_request(gsp: &GluesyncPlatform) -> Option<UiRequest> {
+    gsp.annotations()
+        .get(crate::api::REQUEST_ANNOTATION)
+        .and_then(|a| serde_json::from_str::<UiRequest>(a).ok())
+        .filter(|r| Some(&r.id) == gsp.spec.request_id.as_ref())
+}
+
 /// The channel an update takes its versions from: the Core Hub UI's request for this `requestID`, else
 /// the spec's.
 fn request_channel(gsp: &GluesyncPlatform) -> ReleaseChannel {
-    #[derive(serde::Deserialize)]
-    struct Request {
-        id: String,
-        channel: ReleaseChannel,
+    ui_request(gsp).map_or(gsp.spec.release_channel, |r| r.channel)
+}
+
+/// Who asked for an update that starts now: the Core Hub UI's user when a new `requestID` of theirs
+/// started it, else a change of the resource.
+fn requested_by(gsp: &GluesyncPlatform, new_request: bool) -> crate::api::RequestedBy {
+    use crate::api::{RequestVia, RequestedBy};
+    match ui_request(gsp).filter(|_| new_request) {
+        Some(r) => RequestedBy {
+            username: r.username,
+            role: r.role,
+            via: RequestVia::Ui,
+        },
+        None => RequestedBy {
+            username: None,
+            role: None,
+            via: RequestVia::Spec,
+        },
     }
-    gsp.annotations()
-        .get(crate::api::REQUEST_ANNOTATION)
-        .and_then(|a| serde_json::from_str::<Request>(a).ok())
-        .filter(|r| Some(&r.id) == gsp.spec.request_id.as_ref())
-        .map_or(gsp.spec.release_channel, |r| r.channel)
 }
 
 /// No update runs: start one if the spec asks for it; else report what runs, resume leftover pipelines,

@@ -3,7 +3,7 @@
 //!
 //! The model world is small and explicit: two running pipelines and one a user paused; a Core Hub that
 //! applies each maintenance request at once or late (within [`LATE`] seconds), and may be down; a Core
-//! Hub workload whose new pods become ready or crash-loop; the catalog answering or not; the API server
+//! Hub workload whose new pods become ready, crash-loop or never pull; the catalog answering or not; the API server
 //! refusing a status write (a stale resourceVersion); GKO crashing at any point between its own steps
 //! (after a decision, after the status write, after each action, between its Core Hub calls) and starting
 //! again with only the status as memory (which is also what a second GKO taking the Lease sees). The real
@@ -60,6 +60,7 @@ pub struct Budget {
 enum Fate {
     Ready,
     CrashLoop,
+    Unpullable,
 }
 
 /// A maintenance request Core Hub accepted and applies by `by`.
@@ -205,8 +206,19 @@ impl State {
     }
 
     fn workloads(&self) -> Vec<Workload> {
-        let crashing = self.pods == NEW && self.fate == Fate::CrashLoop;
-        let pod_ready = !crashing;
+        let failing = self.pods == NEW && self.fate != Fate::Ready;
+        let crashing = failing && self.fate == Fate::CrashLoop;
+        let pod_ready = !failing;
+        let waiting = match (failing, self.fate) {
+            (true, Fate::CrashLoop) => {
+                Some(("CrashLoopBackOff".to_string(), "back-off".to_string()))
+            }
+            (true, _) => Some((
+                "ImagePullBackOff".to_string(),
+                "manifest unknown".to_string(),
+            )),
+            _ => None,
+        };
         vec![Workload {
             kind: WorkloadKind::StatefulSet,
             name: "core-hub".into(),
@@ -223,7 +235,7 @@ impl State {
                 uid: format!("pod-{}", self.pods),
                 image: self.pods.clone(),
                 ready: pod_ready,
-                waiting: crashing.then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string())),
+                waiting,
                 restarts: i32::from(crashing),
             }],
         }]
@@ -678,7 +690,25 @@ impl State {
             late: 0,
         };
         let mut seen = vec![];
+        let mut trace: Vec<String> = vec![];
         for _ in 0..400 {
+            let status = s.status();
+            let line = format!(
+                "then, fault-free, at {} s: step {:?}, ledger {:?}, late watch {:?}, in maintenance {:?}, Core Hub {}",
+                s.now,
+                status.update.as_ref().map(|u| u.step.name()),
+                status.paused_pipelines,
+                status.late_maintenance.as_ref().map(|l| &l.pipelines),
+                s.pipelines
+                    .iter()
+                    .filter(|(_, m)| **m)
+                    .map(|(id, _)| id)
+                    .collect::<Vec<_>>(),
+                if s.image == NEW { "new" } else { "old" },
+            );
+            if trace.last() != Some(&line) {
+                trace.push(line);
+            }
             let key = s.key();
             if good.contains(&key) || s.good_end(initial_phase)? {
                 good.extend(seen);
@@ -736,16 +766,11 @@ impl State {
                 }
             }
         }
+        let last = trace.len().saturating_sub(12);
         Err(format!(
-            "no good end in a fault-free run: at {} s (next deadline {:?}), Core Hub runs {}, pipelines {:?}, \
-             finalizers {:?}, work {:?}, status {}",
-            s.now,
-            s.next_time(),
-            s.image,
-            s.pipelines,
-            s.gsp.metadata.finalizers,
-            s.gko.work,
-            serde_json::to_string(&s.gsp.status).unwrap_or_default()
+            "no good end in a fault-free run:\n      {}\n      and no more: {}",
+            trace[last..].join("\n      "),
+            s.status().message.unwrap_or_default()
         ))
     }
 }
@@ -772,7 +797,7 @@ pub fn explore(budget: Budget, max_states: usize) -> Outcome {
     let mut queue: VecDeque<(State, usize)> = VecDeque::new();
     let mut good: HashSet<String> = HashSet::new();
     let mut depth = 0;
-    for fate in [Fate::Ready, Fate::CrashLoop] {
+    for fate in [Fate::Ready, Fate::CrashLoop, Fate::Unpullable] {
         let s = State::initial(fate, budget);
         parents.insert(
             s.key(),

@@ -88,6 +88,7 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
         request_id: gsp.spec.request_id.clone(),
         new_request: new_request(gsp),
         channel: super::request_channel(gsp),
+        requested_by: Some(super::requested_by(gsp, new_request(gsp))),
         generation: gsp.metadata.generation.unwrap_or(0),
         started_at: obs.now.clone(),
         components: vec![],
@@ -96,8 +97,19 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
         previous_phase: previous.phase,
     };
     let from = core_hub.and_then(|w| w.version()).unwrap_or_default();
+    let who = match &update.requested_by {
+        Some(crate::api::RequestedBy {
+            username: Some(user),
+            role,
+            ..
+        }) => format!(
+            "asked by {user}{} from the Core Hub UI",
+            role.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()
+        ),
+        _ => "asked by a change of the GluesyncPlatform".to_string(),
+    };
     status.message = Some(format!(
-        "update of Core Hub from {from} to {} started",
+        "update of Core Hub from {from} to {} started, {who}",
         gsp.spec.version
     ));
     let mut d = Decision::new(status);

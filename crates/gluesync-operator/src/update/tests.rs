@@ -338,6 +338,7 @@ fn a_new_version_starts_an_update_once_per_generation() {
         last_attempt: Some(Attempt {
             target: Some("2.3.2.2".into()),
             request_id: None,
+            requested_by: None,
             generation: Some(2),
             result: UpdateResult::Failed,
             message: "x".into(),
@@ -508,6 +509,7 @@ fn a_pin_after_a_ui_update_moves_no_other_module() {
         last_attempt: Some(Attempt {
             target: None,
             request_id: Some("ui-1".into()),
+            requested_by: None,
             generation: Some(2),
             result: UpdateResult::Succeeded,
             message: "update finished".into(),
@@ -895,6 +897,7 @@ fn history_keeps_the_newest_ten() {
         result: UpdateResult::Succeeded,
         message: String::new(),
         request_id: None,
+        requested_by: None,
         started_at: None,
         finished_at: at(-100),
         previous_images: Default::default(),
@@ -933,4 +936,58 @@ fn every_step_serializes_flat_with_its_name() {
     assert_eq!(v["deadline"], serde_json::to_value(at(300)).unwrap());
     let back: Step = serde_json::from_value(v).unwrap();
     assert_eq!(back, step);
+}
+
+#[test]
+fn who_asked_is_recorded_and_named() {
+    // The Core Hub UI's manager asked, through the Conductor API.
+    let mut g = platform(
+        serde_json::json!({"version": "2.3.2.2", "requestID": "ui-9", "stabilityWindowSeconds": 0}),
+    );
+    g.metadata.annotations = Some(
+        [(
+            crate::api::REQUEST_ANNOTATION.to_string(),
+            r#"{"id":"ui-9","channel":"ga","username":"manager","role":"MANAGER"}"#.to_string(),
+        )]
+        .into(),
+    );
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    let events = world.until(&mut g, 0, Drain);
+    assert!(
+        events[0]
+            .message
+            .contains("asked by manager (MANAGER) from the Core Hub UI"),
+        "{events:?}"
+    );
+    world.until(&mut g, 0, CoreHub);
+    world.step(&mut g, 1);
+    world.roll_out(&g, &["core-hub", "agent-mssql", "chronos"]);
+    world.until(&mut g, 20, Finish);
+    world.step(&mut g, 20);
+    let s = status(&g);
+    let by = s
+        .last_attempt
+        .as_ref()
+        .unwrap()
+        .requested_by
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (by.username.as_deref(), by.role.as_deref(), by.via),
+        (Some("manager"), Some("MANAGER"), crate::api::RequestVia::Ui)
+    );
+    assert_eq!(s.history[0].requested_by.as_ref(), Some(&by));
+
+    // A change of the spec: via spec, no user.
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let events = World::new(Some(catalog()), Hub::new(&[], &[])).until(&mut g, 0, Drain);
+    assert!(
+        events[0]
+            .message
+            .contains("asked by a change of the GluesyncPlatform")
+    );
+    assert_eq!(
+        update(&g).requested_by.as_ref().unwrap().via,
+        crate::api::RequestVia::Spec
+    );
 }
