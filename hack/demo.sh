@@ -63,6 +63,7 @@ EOF
 
 say "starting GKO (log: $logs/gluesync-operator.log)"
 target/debug/gluesync-operator run --namespace "$ns" --metrics-addr 127.0.0.1:18080 \
+  --allowed-secrets corehub-credentials --allowed-corehub-urls "http://127.0.0.1:$sim_port" \
   --conductor-addr 127.0.0.1:$((sim_port + 2)) >"$logs/gluesync-operator.log" 2>&1 &
 pids+=($!)
 kubectl -n "$ns" wait gsp/gluesync --for=jsonpath='{.status.phase}'=UpdateAvailable --timeout=60s >/dev/null

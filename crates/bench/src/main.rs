@@ -79,6 +79,8 @@ impl Gko {
             ])
             .env("KUBECONFIG", &ns.cp.kubeconfig)
             .env("RUST_LOG", "warn")
+            .env("GKO_ALLOWED_SECRETS", "corehub-credentials")
+            .env("GKO_ALLOWED_COREHUB_URLS", "http://127.0.0.1:*")
             .stdout(Stdio::null())
             .spawn()?;
         Ok(Gko {

@@ -190,8 +190,16 @@ impl Api {
 
     /// A Core Hub client for this platform.
     async fn corehub(&self, gsp: &GluesyncPlatform) -> Result<Arc<CoreHub>, String> {
-        let target = Target::of(gsp, &self.view.workloads(), &self.view.namespace)
-            .ok_or("no Core Hub workload")?;
+        let workloads = self.view.workloads();
+        if let Some(problem) = self
+            .view
+            .access
+            .problem(gsp, &workloads, &self.view.namespace)
+        {
+            return Err(problem.message);
+        }
+        let target =
+            Target::of(gsp, &workloads, &self.view.namespace).ok_or("no Core Hub workload")?;
         let mut cached = self.corehub.lock().await;
         if let Some((t, at, client)) = cached.as_ref()
             && *t == target
@@ -204,6 +212,7 @@ impl Api {
                 self.view.writer.client(),
                 &self.view.namespace,
                 self.view.instance.as_deref(),
+                &self.view.access,
                 &target,
             )
             .await?,

@@ -123,6 +123,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
     for _ in 0..STEPS_PER_RECONCILE {
         let workloads = view.workloads();
         let report = ctx.corehub.report(&uid);
+        let access_problem = view.access.problem(&gsp, &workloads, &view.namespace);
         let answer = ctx.catalog.report(&uid);
         let decision = update::decide(
             &gsp,
@@ -131,7 +132,11 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                 workloads: &workloads,
                 corehub: &report,
                 catalog: answer.as_ref(),
-                target: Target::of(&gsp, &workloads, &view.namespace),
+                target: access_problem
+                    .is_none()
+                    .then(|| Target::of(&gsp, &workloads, &view.namespace))
+                    .flatten(),
+                access_problem: access_problem.clone(),
             },
         );
 

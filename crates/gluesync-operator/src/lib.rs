@@ -1,6 +1,7 @@
 //! GKO, the Gluesync Kubernetes Operator: keeps a Gluesync install on Kubernetes at the Core Hub version
 //! its `GluesyncPlatform` asks for, and reports what runs.
 
+pub mod access;
 pub mod api;
 pub mod background;
 pub mod catalog;

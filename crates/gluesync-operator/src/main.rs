@@ -22,7 +22,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the operator on one namespace.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the GluesyncPlatform CustomResourceDefinition as YAML.
     Crd,
 }
@@ -48,6 +48,14 @@ struct RunArgs {
     /// This process's name in events (default: POD_NAME).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
+    /// Secrets GKO may read, comma-separated: those spec.coreHub.credentialsSecret and caSecret may name.
+    /// None by default.
+    #[arg(long, env = "GKO_ALLOWED_SECRETS", default_value = "")]
+    allowed_secrets: String,
+    /// Core Hub URLs GKO may send credentials to besides the Core Hub workload's Service in its
+    /// namespace, comma-separated, as `scheme://host:port` (the port may be `*`).
+    #[arg(long, env = "GKO_ALLOWED_COREHUB_URLS", default_value = "")]
+    allowed_corehub_urls: String,
     /// Log as JSON lines.
     #[arg(long, env = "GKO_LOG_JSON")]
     log_json: bool,
@@ -61,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", gluesync_operator::crd_yaml()?);
             Ok(())
         }
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => run(*args).await,
     }
 }
 
@@ -114,6 +122,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .conductor_tls_cert
             .zip(args.conductor_tls_key)
             .map(|(cert, key)| gluesync_operator::conductor::TlsFiles { cert, key }),
+        access: gluesync_operator::access::Access::from_lists(
+            &args.allowed_secrets,
+            &args.allowed_corehub_urls,
+        ),
         ..operator::Settings::new(namespace)
     };
     operator::run(client, settings, metrics, stopped()).await;

@@ -48,6 +48,8 @@ pub struct Settings {
     pub conductor_tls: Option<crate::conductor::TlsFiles>,
     /// Leader election durations; `None` runs without a Lease (a single GKO, as in some tests).
     pub leader_election: Option<lease::Durations>,
+    /// The Secrets GKO may read and the Core Hub URLs it may send credentials to.
+    pub access: crate::access::Access,
 }
 
 impl Settings {
@@ -58,6 +60,7 @@ impl Settings {
             conductor_addr: None,
             conductor_tls: None,
             leader_election: Some(lease::Durations::default()),
+            access: crate::access::Access::default(),
         }
     }
 }
@@ -160,6 +163,7 @@ pub async fn run(
         spilled: spilled.clone(),
         changed,
         instance: settings.instance.clone(),
+        access: settings.access.clone(),
     });
 
     // Background work wakes the controller for its platform.
@@ -171,6 +175,7 @@ pub async fn run(
         instance: settings.instance.clone(),
         metrics: metrics.clone(),
         stopping: Default::default(),
+        access: settings.access.clone(),
     });
     let worker_env = env.clone();
     let corehub = Tasks::new(wake.clone(), move |input| {

@@ -33,6 +33,8 @@ pub struct View {
     pub changed: watch::Sender<u64>,
     /// This process's name (the pod name in a cluster).
     pub instance: Option<String>,
+    /// The Secrets it may read and the Core Hub URLs it may call.
+    pub access: crate::access::Access,
 }
 
 impl View {

@@ -22,20 +22,33 @@ fn lease_holder(ns: &gko_test_support::TestNamespace) -> anyhow::Result<String> 
         .to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_lease_holder_acts_and_a_killed_holder_hands_over() -> anyhow::Result<()> {
-    let ns = namespace("leader").await?;
+/// A sample install with the simulator, GKO `gko-a` holding the Lease, and `gko-b` ready beside it.
+async fn two_gkos(
+    hint: &str,
+) -> anyhow::Result<(
+    gko_test_support::TestNamespace,
+    gluesync_simulator::Simulator,
+    Gko,
+    Gko,
+)> {
+    let ns = namespace(hint).await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 2}))?;
     let named = |n: &str| GkoOptions {
         instance: Some(n.into()),
         ..Default::default()
     };
-    let mut a = Gko::spawn(&ns, named("gko-a"))?;
+    let a = Gko::spawn(&ns, named("gko-a"))?;
     wait_settled(&ns).await?;
     assert_eq!(lease_holder(&ns)?, "gko-a");
     let b = Gko::spawn(&ns, named("gko-b"))?;
     eventually_ready(&b).await?;
+    Ok((ns, sim, a, b))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_acts_and_a_killed_holder_hands_over() -> anyhow::Result<()> {
+    let (ns, sim, mut a, b) = two_gkos("leader").await?;
 
     // A whole update with both running.
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
@@ -131,17 +144,7 @@ async fn eventually_ready(gko: &Gko) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_holder_releases_the_lease_and_the_other_finishes() -> anyhow::Result<()> {
-    let ns = namespace("leader-term").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 2}))?;
-    let named = |n: &str| GkoOptions {
-        instance: Some(n.into()),
-        ..Default::default()
-    };
-    let mut a = Gko::spawn(&ns, named("gko-a"))?;
-    wait_settled(&ns).await?;
-    let b = Gko::spawn(&ns, named("gko-b"))?;
-    eventually_ready(&b).await?;
+    let (ns, sim, mut a, _b) = two_gkos("leader-term").await?;
 
     sim.update_faults(|f| f.maintenance_delay_ms = 2000);
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;

@@ -105,14 +105,7 @@ async fn core_hub_down_for_20_s_during_resume() -> anyhow::Result<()> {
     wait_for_step(&ns, UpdateStep::CoreHub).await?;
     assert_eq!(sim.in_maintenance().len(), PIPELINES);
     sim.update_faults(|f| f.down = true);
-    let g = wait_for_platform(&ns, "Resume waiting for Core Hub", |g| {
-        step_of(g) == Some(UpdateStep::Resume)
-            && g.status
-                .as_ref()
-                .and_then(|s| s.message.as_deref())
-                .is_some_and(|m| m.contains("cannot be reached"))
-    })
-    .await?;
+    let g = wait_for_message(&ns, UpdateStep::Resume, "cannot be reached").await?;
     // The fault landed: Core Hub is down while every pipeline waits to resume.
     assert_eq!(
         g.status.unwrap_or_default().paused_pipelines.len(),
@@ -153,14 +146,7 @@ async fn core_hub_answering_500_to_every_exit_for_30_s() -> anyhow::Result<()> {
         f.error_contains = "/commands/maintenance/exit".into();
         f.error_count = u32::MAX;
     });
-    let g = wait_for_platform(&ns, "Resume failing on exits", |g| {
-        step_of(g) == Some(UpdateStep::Resume)
-            && g.status
-                .as_ref()
-                .and_then(|s| s.message.as_deref())
-                .is_some_and(|m| m.contains("500"))
-    })
-    .await?;
+    let g = wait_for_message(&ns, UpdateStep::Resume, "500").await?;
     // The fault landed: Resume reports Core Hub's 500 to its exits (the refused ones are not counted as
     // exits by the simulator), and no pipeline left maintenance mode.
     assert_eq!(
@@ -179,6 +165,22 @@ async fn core_hub_answering_500_to_every_exit_for_30_s() -> anyhow::Result<()> {
     assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
     wait_all_running(&ns, &sim).await?;
     Ok(())
+}
+
+/// Waits until the update is at `step` and its message contains `text`.
+async fn wait_for_message(
+    ns: &gko_test_support::TestNamespace,
+    step: UpdateStep,
+    text: &str,
+) -> anyhow::Result<gluesync_operator::api::GluesyncPlatform> {
+    wait_for_platform(ns, &format!("{step:?} saying {text:?}"), |g| {
+        step_of(g) == Some(step)
+            && g.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains(text))
+    })
+    .await
 }
 
 /// Deletes the GluesyncPlatform as Argo CD's prune or `kubectl delete` would, and waits until it is gone.
@@ -320,14 +322,7 @@ async fn a_core_hub_answer_without_the_maintenance_field_is_never_read_as_runnin
     wait_for_step(&ns, UpdateStep::CoreHub).await?;
     // A Core Hub that renamed the field: its lists say nothing of maintenance mode.
     sim.update_faults(|f| f.omit_maintenance_field = true);
-    wait_for_platform(&ns, "Resume reporting the missing field", |g| {
-        step_of(g) == Some(UpdateStep::Resume)
-            && g.status
-                .as_ref()
-                .and_then(|s| s.message.as_deref())
-                .is_some_and(|m| m.contains("isInMaintenanceMode"))
-    })
-    .await?;
+    wait_for_message(&ns, UpdateStep::Resume, "isInMaintenanceMode").await?;
     // The fault landed, and nothing was taken for "running": the ledger holds every pipeline although
     // Core Hub already runs them again (the exits went through).
     eventually(

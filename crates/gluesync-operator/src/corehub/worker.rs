@@ -40,6 +40,8 @@ pub struct Env {
     pub metrics: Arc<Metrics>,
     /// Set on shutdown: no new call starts.
     pub stopping: std::sync::atomic::AtomicBool,
+    /// The Secrets it may read.
+    pub access: crate::access::Access,
 }
 
 impl Env {
@@ -77,8 +79,19 @@ pub async fn connect(
     client: &kube::Client,
     namespace: &str,
     instance: Option<&str>,
+    access: &crate::access::Access,
     target: &Target,
 ) -> Result<CoreHub, String> {
+    // The engine never hands over a target naming another Secret; this refuses it again.
+    for name in target
+        .credentials_secret
+        .iter()
+        .chain(target.ca_secret.iter())
+    {
+        if !access.secret_allowed(name) {
+            return Err(format!("Secret {name} is not one this GKO may read"));
+        }
+    }
     let credentials = match &target.credentials_secret {
         None => Credentials::None,
         Some(name) => {
@@ -242,6 +255,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
                 &env.client,
                 &env.namespace,
                 env.instance.as_deref(),
+                &env.access,
                 &work.target,
             )
             .await

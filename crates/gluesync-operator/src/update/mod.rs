@@ -94,8 +94,11 @@ pub struct Observed<'a> {
     pub corehub: &'a Report,
     /// The catalog's latest answer for this platform, if any.
     pub catalog: Option<&'a Answer>,
-    /// Where Core Hub is, when GKO can tell (the spec's URL, else the Core Hub workload's Service).
+    /// Where Core Hub is, when GKO can tell (the spec's URL, else the Core Hub workload's Service) and
+    /// may call it.
     pub target: Option<Target>,
+    /// Why the spec asks for a Secret or a Core Hub URL this GKO may not use, if it does.
+    pub access_problem: Option<crate::status::Problem>,
 }
 
 /// Something to do once the new status is written.
@@ -409,7 +412,10 @@ fn requested_by(gsp: &GluesyncPlatform, new_request: bool) -> crate::api::Reques
 /// check the catalog when due, and let a deleted platform go once nothing is left to settle.
 fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     let deleting = gsp.metadata.deletion_timestamp.is_some();
-    if !deleting && let Some(d) = plan::start(gsp, obs) {
+    if !deleting
+        && obs.access_problem.is_none()
+        && let Some(d) = plan::start(gsp, obs)
+    {
         return d;
     }
     let mut d = Decision::new(status::idle(gsp, obs.workloads, &obs.now));
@@ -439,6 +445,26 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             d.corehub = None;
         }
         d.actions.push(Action::RemoveFinalizer);
+    }
+    if let Some(problem) = &obs.access_problem {
+        // Stalled until the spec or GKO's settings change: nothing is read, no Core Hub is called.
+        let generation = gsp.metadata.generation.unwrap_or(0);
+        let previous = d.status.conditions.clone();
+        d.status.message = Some(problem.message.clone());
+        d.status.conditions = [(READY, false), (RECONCILING, false), (STALLED, true)]
+            .into_iter()
+            .map(|(t, v)| {
+                status::condition(
+                    &previous,
+                    t,
+                    v,
+                    problem.reason,
+                    &problem.message,
+                    generation,
+                    &obs.now,
+                )
+            })
+            .collect();
     }
     if !deleting {
         match crate::catalog::due(gsp, &obs.now) {

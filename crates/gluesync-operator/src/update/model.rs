@@ -267,6 +267,7 @@ impl State {
                 corehub: &s.gko.report,
                 catalog: s.gko.answer.as_ref(),
                 target: Some(State::target()),
+                access_problem: None,
             },
         );
         if s.gsp.status.as_ref() != Some(&d.status) {
@@ -282,6 +283,16 @@ impl State {
             s.hand_off();
         }
         s
+    }
+
+    /// Carries out every action in hand and hands the background work over (a fair run's GKO).
+    fn carry_out_all(&mut self) -> Result<(), String> {
+        while !self.gko.actions.is_empty() {
+            let action = self.gko.actions.remove(0);
+            self.apply_checked(&action, false)?;
+        }
+        self.hand_off();
+        Ok(())
     }
 
     fn hand_off(&mut self) {
@@ -503,29 +514,20 @@ impl State {
                 ));
             }
         }
-        // The background worker: one request, or a list.
-        for id in self.to_enter() {
-            out.push((
-                format!("worker asks {id} into maintenance; applied now"),
-                self.send(&id, true, false),
-            ));
-            if self.budget.late > 0 && !self.down {
+        // The background worker: one request (applied now, or late), or a list.
+        for (enter, ids) in [(true, self.to_enter()), (false, self.to_exit())] {
+            let verb = if enter { "into" } else { "out of" };
+            for id in ids {
                 out.push((
-                    format!("worker asks {id} into maintenance; Core Hub applies it late"),
-                    self.send(&id, true, true),
+                    format!("worker asks {id} {verb} maintenance; applied now"),
+                    self.send(&id, enter, false),
                 ));
-            }
-        }
-        for id in self.to_exit() {
-            out.push((
-                format!("worker asks {id} out of maintenance; applied now"),
-                self.send(&id, false, false),
-            ));
-            if self.budget.late > 0 && !self.down {
-                out.push((
-                    format!("worker asks {id} out of maintenance; Core Hub applies it late"),
-                    self.send(&id, false, true),
-                ));
+                if self.budget.late > 0 && !self.down {
+                    out.push((
+                        format!("worker asks {id} {verb} maintenance; Core Hub applies it late"),
+                        self.send(&id, enter, true),
+                    ));
+                }
             }
         }
         if self.gko.work.is_some() && self.list_would_tell_more() {
@@ -720,14 +722,7 @@ impl State {
             for l in std::mem::take(&mut s.late) {
                 s.pipelines.insert(l.id, l.enter);
             }
-            while let Some(action) = s.gko.actions.first().cloned() {
-                s.gko.actions.remove(0);
-                s.apply_checked(&action, false)?;
-            }
-            if let Some((work, check)) = s.gko.handoff.take() {
-                s.gko.work = work;
-                s.gko.check = check;
-            }
+            s.carry_out_all()?;
             s.pods = s.image.clone();
             if let Some(check) = &s.gko.check
                 && s.gko.answer.as_ref().map(|a| &a.token) != Some(&check.token)
@@ -748,14 +743,7 @@ impl State {
                 s = s.list();
             }
             s = s.reconcile(false);
-            while let Some(action) = s.gko.actions.first().cloned() {
-                s.gko.actions.remove(0);
-                s.apply_checked(&action, false)?;
-            }
-            if let Some((work, check)) = s.gko.handoff.take() {
-                s.gko.work = work;
-                s.gko.check = check;
-            }
+            s.carry_out_all()?;
             if s.progress() == before {
                 match s.next_time() {
                     Some(next) => {

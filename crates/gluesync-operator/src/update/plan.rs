@@ -153,7 +153,7 @@ pub(super) fn preflight(
     d: &mut Decision,
 ) {
     let now = &obs.now;
-    if let Some(problem) = status::problem(gsp, obs.workloads) {
+    if let Some(problem) = status::problem(gsp, obs.workloads).or(obs.access_problem.clone()) {
         return refuse(gsp, u, d, now, problem.message);
     }
     let registry = gsp.spec.image_registry.as_deref();

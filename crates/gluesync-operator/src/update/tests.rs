@@ -228,6 +228,7 @@ impl World {
                 corehub: &report,
                 catalog: self.answer.as_ref(),
                 target: Some(World::target()),
+                access_problem: None,
             },
         );
         g.status = Some(d.status.clone());
@@ -324,6 +325,7 @@ fn a_new_version_starts_an_update_once_per_generation() {
         corehub: &report,
         catalog: None,
         target: None,
+        access_problem: None,
     };
     let d = decide(&g, &obs(at(0)));
     assert_eq!(d.status.phase, Some(Phase::Updating));
@@ -990,4 +992,51 @@ fn who_asked_is_recorded_and_named() {
         update(&g).requested_by.as_ref().unwrap().via,
         crate::api::RequestVia::Spec
     );
+}
+
+#[test]
+fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2",
+        "coreHub": {"credentialsSecret": "db-password"},
+    }));
+    let w = install();
+    let report = Report::default();
+    let access = crate::access::Access::from_lists("corehub-credentials", "");
+    let problem = access.problem(&g, &w, "ns");
+    assert_eq!(problem.as_ref().map(|p| p.reason), Some("SecretNotAllowed"));
+    let d = decide(
+        &g,
+        &Observed {
+            now: at(0),
+            workloads: &w,
+            corehub: &report,
+            catalog: None,
+            target: None,
+            access_problem: problem,
+        },
+    );
+    assert!(d.status.update.is_none(), "no update starts");
+    assert!(d.corehub.is_none());
+    let stalled = d
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .unwrap();
+    assert_eq!(
+        (stalled.status.as_str(), stalled.reason.as_str()),
+        ("True", "SecretNotAllowed")
+    );
+    assert!(d.status.message.as_deref().unwrap().contains("db-password"));
+
+    // A URL elsewhere is refused the same way; the Core Hub workload's own Service is always allowed.
+    g.spec.core_hub.credentials_secret = Some("corehub-credentials".into());
+    g.spec.core_hub.url = Some("https://collector.evil.io".into());
+    assert_eq!(
+        access.problem(&g, &w, "ns").map(|p| p.reason),
+        Some("CoreHubURLNotAllowed")
+    );
+    g.spec.core_hub.url = Some("https://core-hub.ns.svc:1717".into());
+    assert_eq!(access.problem(&g, &w, "ns"), None);
 }

@@ -98,6 +98,7 @@ impl Operator {
             instance: Some("test".into()),
             conductor_addr,
             conductor_tls,
+            access: test_access(),
             ..operator::Settings::new(ns.name.clone())
         };
         let task = tokio::spawn(operator::run(
@@ -127,6 +128,15 @@ impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
     }
+}
+
+/// What GKO may use in the tests: the Core Hub credentials and CA Secrets the tests create, and the
+/// simulator on any loopback port.
+pub const ALLOWED_SECRETS: &str = "corehub-credentials,corehub-ca";
+pub const ALLOWED_COREHUB_URLS: &str = "http://127.0.0.1:*,https://127.0.0.1:*";
+
+pub fn test_access() -> gluesync_operator::access::Access {
+    gluesync_operator::access::Access::from_lists(ALLOWED_SECRETS, ALLOWED_COREHUB_URLS)
 }
 
 pub fn platforms(ns: &TestNamespace) -> Api<GluesyncPlatform> {
@@ -317,6 +327,8 @@ impl Gko {
             options.kubeconfig.as_ref().unwrap_or(&ns.cp.kubeconfig),
         )
         .env("RUST_LOG", "info,kube=warn")
+        .env("GKO_ALLOWED_SECRETS", ALLOWED_SECRETS)
+        .env("GKO_ALLOWED_COREHUB_URLS", ALLOWED_COREHUB_URLS)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
         if let Some(instance) = &options.instance {
