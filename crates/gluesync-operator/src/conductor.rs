@@ -36,8 +36,8 @@ use crate::{
 pub const BODY_LIMIT: usize = 64 * 1024;
 /// How long a caller's identity is trusted before Core Hub is asked again.
 const AUTH_TTL: Duration = Duration::from_secs(30);
-/// How long an update request waits for the update to end.
-const UPDATE_WAIT: Duration = Duration::from_secs(3600);
+/// How long an update request waits for the update to end before it answers with the outcome so far.
+const UPDATE_WAIT: Duration = Duration::from_secs(900);
 
 /// A caller as Core Hub knows it.
 #[derive(Clone, Debug)]
@@ -280,18 +280,6 @@ impl Api {
         }
         Ok(caller)
     }
-
-    async fn require(&self, headers: &HeaderMap, gate: Gate) -> Result<Caller, Response> {
-        let caller = self.authenticate(headers).await?;
-        if !gate.allows(&caller.role) {
-            return Err(failure(
-                StatusCode::FORBIDDEN,
-                &format!("Role {} cannot {}", caller.role, gate.verb()),
-                "Core Hub's role of the caller does not allow this",
-            ));
-        }
-        Ok(caller)
-    }
 }
 
 /// While GKO updates itself, every route but the OpenAPI document answers 503 with `Retry-After: 60`, as
@@ -332,11 +320,70 @@ async fn unless_self_updating(State(api): State<Api>, req: Request, next: Next) 
     }
 }
 
-async fn authenticated(State(api): State<Api>, req: Request, next: Next) -> Response {
-    match api.authenticate(req.headers()).await {
-        Ok(_) => next.run(req).await,
-        Err(resp) => resp,
+/// Refuses a caller whose role the gate does not allow.
+#[allow(clippy::result_large_err)]
+fn allow(caller: &Caller, gate: Gate) -> Result<(), Response> {
+    if gate.allows(&caller.role) {
+        return Ok(());
     }
+    Err(failure(
+        StatusCode::FORBIDDEN,
+        &format!("Role {} cannot {}", caller.role, gate.verb()),
+        "Core Hub's role of the caller does not allow this",
+    ))
+}
+
+/// Routes anyone may call: everything else answers 401 to a caller Core Hub does not know, before any
+/// other check (a stranger learns nothing about the install).
+fn open_route(path: &str) -> bool {
+    let path = path.strip_prefix("/conductor/api").unwrap_or(path);
+    matches!(path, "/health" | "/openapi.json")
+}
+
+/// Authentication first: the caller is put into the request for the handlers. A write authenticated by
+/// the session cookie must be a JSON request from the same origin (when the browser says where it comes
+/// from), so a cross-site form cannot post with the user's cookie.
+async fn authenticated(State(api): State<Api>, mut req: Request, next: Next) -> Response {
+    if open_route(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let caller = match api.authenticate(req.headers()).await {
+        Ok(c) => c,
+        Err(resp) => return resp,
+    };
+    let headers = req.headers();
+    let write = !matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if write && headers.get("authorization").is_none() {
+        let json = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim()
+                    .to_ascii_lowercase()
+                    .starts_with("application/json")
+            });
+        let host = headers.get("host").and_then(|v| v.to_str().ok());
+        let same_origin = match headers.get("origin").and_then(|v| v.to_str().ok()) {
+            None => true,
+            Some(origin) => {
+                let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
+                host.is_some_and(|h| h.eq_ignore_ascii_case(origin_host.trim_end_matches('/')))
+            }
+        };
+        if !json || !same_origin {
+            tracing::warn!(username = %caller.username, path = %req.uri().path(), "refused a cross-site cookie request");
+            return failure(
+                StatusCode::FORBIDDEN,
+                "Cross-site request refused",
+                "a request authenticated by the session cookie must be application/json from the same origin",
+            );
+        }
+    }
+    req.extensions_mut().insert(caller);
+    next.run(req).await
 }
 
 async fn health() -> Response {
@@ -399,7 +446,12 @@ async fn list_containers(State(api): State<Api>, req: Request) -> Response {
 }
 
 async fn post_containers(State(api): State<Api>, req: Request) -> Response {
-    let headers = req.headers().clone();
+    let Some(caller) = req.extensions().get::<Caller>().cloned() else {
+        return failure(StatusCode::UNAUTHORIZED, "Not authenticated", "no caller");
+    };
+    if let Err(resp) = allow(&caller, Gate::Control) {
+        return resp;
+    }
     let body = match axum::body::to_bytes(req.into_body(), BODY_LIMIT).await {
         Ok(b) => b,
         Err(_) => {
@@ -424,62 +476,110 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
         }
         ContainersAction::Update { ids, channel } => (ids, channel),
     };
-    let caller = match api.require(&headers, Gate::Control).await {
-        Ok(c) => c,
-        Err(resp) => return resp,
+    let request_id = match accept_update(&api, &caller, ids, channel).await {
+        Ok(id) => id,
+        Err(resp) => {
+            tracing::info!(username = %caller.username, role = %caller.role, "update request from the Core Hub UI refused");
+            return resp;
+        }
     };
+    match wait_for_attempt(&api, &request_id).await {
+        Ok(answer) => answer,
+        Err(resp) => resp,
+    }
+}
+
+/// Checks an update request and writes it into the spec; the request's id. One request at a time, and
+/// the lock is held only while checking and writing, never while the update runs.
+async fn accept_update(
+    api: &Api,
+    caller: &Caller,
+    ids: Vec<String>,
+    channel: ReleaseChannel,
+) -> Result<String, Response> {
     let Ok(_one) = api.updating.try_lock() else {
-        return failure(
+        return Err(failure(
             StatusCode::CONFLICT,
             "An update is already running",
             "wait for it to end, then ask again",
-        );
+        ));
     };
-    let gsp = match api.platform() {
-        Ok(g) => g,
-        Err(resp) => return resp,
-    };
+    let gsp = api.platform()?;
     if gsp.spec.update_policy == UpdatePolicy::Gitops {
-        return failure(
+        return Err(failure(
             StatusCode::CONFLICT,
             "Updates of this install are managed in Git",
             "the GluesyncPlatform's updatePolicy is gitops: commit the new version to Git; nothing was changed",
-        );
+        ));
     }
     if gsp.status.as_ref().is_some_and(|s| s.update.is_some()) {
-        return failure(
+        return Err(failure(
             StatusCode::CONFLICT,
             "An update is already running",
             "wait for it to end, then ask again",
-        );
+        ));
+    }
+    // A request of the UI written into the spec that no update has answered yet is one running.
+    let answered = gsp
+        .status
+        .as_ref()
+        .and_then(|s| s.last_attempt.as_ref())
+        .and_then(|a| a.request_id.as_ref());
+    let pending_ui_request = gsp
+        .spec
+        .request_id
+        .as_ref()
+        .is_some_and(|id| id.starts_with("ui-") && Some(id) != answered)
+        && gsp.metadata.generation
+            != gsp
+                .status
+                .as_ref()
+                .and_then(|s| s.last_attempt.as_ref())
+                .and_then(|a| a.generation);
+    if pending_ui_request {
+        return Err(failure(
+            StatusCode::CONFLICT,
+            "An update is already running",
+            "the previous request has not started yet; wait for it to end, then ask again",
+        ));
     }
     let workloads = api.view.workloads();
     for id in &ids {
+        if workloads
+            .iter()
+            .any(|w| &w.name == id && w.component_type == Some(ComponentType::Operator))
+        {
+            return Err(failure(
+                StatusCode::CONFLICT,
+                "GKO does not update itself yet",
+                format!("{id} is GKO's own Deployment: change its image with Helm"),
+            ));
+        }
         if !workloads.iter().any(|w| &w.name == id) {
-            return failure(
+            return Err(failure(
                 StatusCode::NOT_FOUND,
                 "Unknown container",
                 format!("no managed workload is named {id}"),
-            );
+            ));
         }
     }
     // Versions to ask for: the latest on the request's channel, from the catalog.
     let latest = if gsp.spec.catalog.offline {
-        return failure(
+        return Err(failure(
             StatusCode::CONFLICT,
             "No version catalog",
             "this install is offline: set spec.version and spec.modules in the GluesyncPlatform",
-        );
+        ));
     } else {
         let check = crate::catalog::check(&gsp, &workloads, String::new(), channel);
         match crate::catalog::latest(&check.base, channel, &check.images).await {
             Ok(l) => l,
             Err(e) => {
-                return failure(
+                return Err(failure(
                     StatusCode::BAD_GATEWAY,
                     "Unable to retrieve agent version",
                     e,
-                );
+                ));
             }
         }
     };
@@ -521,14 +621,14 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
     if let Err(e) = api
         .view
         .writer
-        .write_update_request(&gsp, &version, &modules, &request_id, channel, &caller)
+        .write_update_request(&gsp, &version, &modules, &request_id, channel, caller)
         .await
     {
-        return failure(
+        return Err(failure(
             StatusCode::SERVICE_UNAVAILABLE,
             "Failed to do containers action",
             e.to_string(),
-        );
+        ));
     }
     tracing::info!(
         gsp = %gsp.metadata.name.clone().unwrap_or_default(),
@@ -538,10 +638,7 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
         role = %caller.role,
         "update requested from the Core Hub UI"
     );
-    match wait_for_attempt(&api, &request_id).await {
-        Ok(answer) => answer,
-        Err(resp) => resp,
-    }
+    Ok(request_id)
 }
 
 /// Waits until the update of `request_id` has ended, and answers per component from `status.lastAttempt`.
@@ -579,11 +676,18 @@ async fn wait_for_attempt(api: &Api, request_id: &str) -> Result<Response, Respo
         match tokio::time::timeout_at(deadline, changed.changed()).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) | Err(_) => {
-                return Err(failure(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "The update is still running",
-                    "follow it with kubectl get gsp -w",
-                ));
+                // The outcome so far: the update goes on, and the UI can ask again later.
+                let u = status.update.as_ref();
+                return Ok((
+                    StatusCode::ACCEPTED,
+                    Json(json!({"success": true, "data": {
+                        "result": "Updating",
+                        "step": u.map(|u| format!("{:?}", u.step.name())),
+                        "message": status.message,
+                        "details": "the update is still running; follow it with kubectl get gsp -w",
+                    }})),
+                )
+                    .into_response());
             }
         }
     }
@@ -709,15 +813,13 @@ fn routes(api: Api) -> Router {
     let open = Router::new()
         .route("/health", get(health))
         .route("/openapi.json", get(openapi));
+    // Every other route sits behind `authenticated`, laid over the whole API in `router`.
     let guarded = Router::new()
-        .route("/containers", get(list_containers))
+        .route("/containers", get(list_containers).post(post_containers))
         .route("/services", post(refuse_services).put(refuse_services))
         .route("/services/{id}/version", get(service_version))
-        .route("/services/{id}/version/{channel}", get(service_version))
-        .route_layer(middleware::from_fn_with_state(api.clone(), authenticated));
-    // POST /containers checks its body first (a malformed one needs no Core Hub call), then the role.
-    let update = Router::new().route("/containers", post(post_containers));
-    open.merge(guarded).merge(update).with_state(api)
+        .route("/services/{id}/version/{channel}", get(service_version));
+    open.merge(guarded).with_state(api)
 }
 
 /// The whole API: bare paths, the same under `/conductor/api/`, a body limit, and 404s in the envelope.
@@ -733,6 +835,7 @@ pub fn router(view: Arc<View>) -> Router {
         .nest("/conductor/api", r.clone())
         .merge(r)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(api.clone(), authenticated))
         .layer(middleware::from_fn_with_state(api, unless_self_updating))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
 }

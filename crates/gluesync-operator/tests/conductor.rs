@@ -834,3 +834,98 @@ async fn pinning_one_module_after_a_ui_update_moves_no_other() -> anyhow::Result
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_learn_nothing_and_cross_site_posts_are_refused() -> anyhow::Result<()> {
+    let (ns, sim, _gko, ui) = serving("ui-strangers", json!({})).await?;
+    let before = generation(&ns).await?;
+    let http = reqwest::Client::new();
+
+    // A caller Core Hub does not know gets 401 for every route but /health and /openapi.json, whatever
+    // the body: the API does not tell them what it would refuse or what exists.
+    for (path, body) in [
+        (
+            "/containers",
+            r#"{"action":"stop","ids":["gluesync-gluesync-chronos"]}"#,
+        ),
+        ("/containers", "{not json"),
+        (
+            "/containers",
+            r#"{"action":"update","ids":["no-such-workload"]}"#,
+        ),
+        ("/services", "{}"),
+        ("/no-such-route", "{}"),
+    ] {
+        for prefix in ["", "/conductor/api"] {
+            let (code, answer) = ui
+                .post(&format!("{prefix}{path}"), Some("made-up-token"), body)
+                .await?;
+            assert_eq!(code, 401, "{prefix}{path}: {answer}");
+            let (code, _) = ui.post(&format!("{prefix}{path}"), None, body).await?;
+            assert_eq!(code, 401, "{prefix}{path} without credentials");
+        }
+    }
+    for path in ["/health", "/openapi.json"] {
+        assert_eq!(ui.get(path, None).await?.0, 200, "{path} is open");
+    }
+
+    // A manager's session cookie on a cross-site form post, or on a request that is not JSON: refused.
+    let manager = sim.token_for("manager");
+    let post = |origin: Option<&str>, content_type: &str| {
+        let mut req = http
+            .post(format!("{}/conductor/api/containers", ui.base))
+            .header("cookie", format!("gs-auth={manager}"))
+            .header("content-type", content_type)
+            .body(r#"{"action":"update","ids":[]}"#);
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        req.send()
+    };
+    let resp = post(Some("https://evil.example"), "application/json").await?;
+    assert_eq!(resp.status().as_u16(), 403);
+    assert_eq!(
+        resp.json::<Value>().await?["error"],
+        "Cross-site request refused"
+    );
+    let resp = post(None, "application/x-www-form-urlencoded").await?;
+    assert_eq!(resp.status().as_u16(), 403);
+    assert_eq!(generation(&ns).await?, before, "nothing was changed");
+
+    // GKO's own Deployment cannot be updated from the UI yet: said clearly, nothing done.
+    ns.apply(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: gluesync-operator
+  labels: {com.molo17.conductor.type: operator}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: gluesync-operator}}
+  template:
+    metadata: {labels: {app: gluesync-operator}}
+    spec: {containers: [{name: gluesync-operator, image: "molo17/gluesync-operator:0.1.0"}]}
+"#,
+    )?;
+    let body = json!({"action": "update", "ids": ["gluesync-operator"]}).to_string();
+    let answer = gko_test_support::eventually(
+        "the own Deployment to be known",
+        std::time::Duration::from_secs(30),
+        || {
+            let body = body.clone();
+            let ui = &ui;
+            let manager = manager.clone();
+            async move {
+                let (code, answer) = ui.post("/containers", Some(&manager), body).await?;
+                Ok((code == 409).then_some(answer))
+            }
+        },
+    )
+    .await?;
+    assert_eq!(
+        answer["error"], "GKO does not update itself yet",
+        "{answer}"
+    );
+    assert_eq!(generation(&ns).await?, before, "nothing was changed");
+    Ok(())
+}
