@@ -929,3 +929,44 @@ spec:
     assert_eq!(generation(&ns).await?, before, "nothing was changed");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_bad_tokens_costs_core_hub_little_and_a_known_manager_is_served()
+-> anyhow::Result<()> {
+    use futures::StreamExt;
+    let (_ns, sim, _gko, ui) = serving("ui-flood", json!({})).await?;
+    // The manager's session is already known, as when the UI is open.
+    let manager = sim.token_for("manager");
+    assert_eq!(ui.get("/containers", Some(&manager)).await?.0, 200);
+    let before = sim.calls().me;
+    let started = std::time::Instant::now();
+    let ui = &ui;
+    let flood = futures::stream::iter(0..600)
+        .map(|i| async move {
+            ui.get("/containers", Some(&format!("made-up-{i}")))
+                .await
+                .map(|(c, _)| c)
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>();
+    let in_the_middle = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        ui.get("/conductor/api/containers", Some(&manager)).await
+    };
+    let (codes, manager_answer) = tokio::join!(flood, in_the_middle);
+    let elapsed = started.elapsed().as_secs_f64();
+    let checks = sim.calls().me - before;
+    let codes: Vec<u16> = codes.into_iter().collect::<Result<_, _>>()?;
+    assert!(
+        codes.iter().all(|c| *c == 401 || *c == 429),
+        "only 401 and 429: {codes:?}"
+    );
+    assert!(codes.contains(&429), "the ration was reached");
+    assert_eq!(manager_answer?.0, 200, "the manager is served meanwhile");
+    // At most the burst and 20 checks a second reached Core Hub.
+    assert!(
+        (checks as f64) <= 20.0 * elapsed + 21.0,
+        "{checks} identity checks in {elapsed:.2} s"
+    );
+    Ok(())
+}

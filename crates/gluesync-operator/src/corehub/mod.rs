@@ -90,12 +90,27 @@ pub struct Report {
     pub error: Option<String>,
 }
 
-/// How GKO proves who it is to Core Hub.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// How GKO proves who it is to Core Hub. Its Debug form never shows a password or a token.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Credentials {
     Password { username: String, password: String },
     Token(String),
     None,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::Password { username, .. } => {
+                write!(
+                    f,
+                    "Password {{ username: {username:?}, password: <hidden> }}"
+                )
+            }
+            Credentials::Token(_) => write!(f, "Token(<hidden>)"),
+            Credentials::None => write!(f, "None"),
+        }
+    }
 }
 
 /// TLS settings for Core Hub's certificate.
@@ -482,6 +497,21 @@ mod tests {
         // A Core Hub that renamed the field: an error, never "running".
         let err = parse_pipelines(br#"[{"id":"a","maintenance":true}]"#).unwrap_err();
         assert!(err.to_string().contains("isInMaintenanceMode"), "{err}");
+    }
+
+    #[test]
+    fn credentials_never_show_in_a_debug_print() {
+        let p = Credentials::Password {
+            username: "admin".into(),
+            password: "s3cret".into(),
+        };
+        let t = Credentials::Token("tok-123".into());
+        let shown = format!("{p:?} {t:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("tok-123"),
+            "{shown}"
+        );
+        assert!(shown.contains("admin"));
     }
 
     #[test]

@@ -7,10 +7,11 @@
 //! controller runs like any other; the answer comes when the update has ended, from `status.lastAttempt`.
 //! Actions that would add, start, stop or remove workloads are refused: Helm owns the workloads.
 
+mod identities;
+
 use std::{
-    collections::HashMap,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -34,8 +35,6 @@ use crate::{
 
 /// Largest request body the API reads.
 pub const BODY_LIMIT: usize = 64 * 1024;
-/// How long a caller's identity is trusted before Core Hub is asked again.
-const AUTH_TTL: Duration = Duration::from_secs(30);
 /// How long an update request waits for the update to end before it answers with the outcome so far.
 const UPDATE_WAIT: Duration = Duration::from_secs(900);
 
@@ -165,7 +164,7 @@ type Connection = (Target, Instant, Arc<CoreHub>);
 #[derive(Clone)]
 struct Api {
     view: Arc<View>,
-    auth_cache: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
+    identities: Arc<identities::Identities>,
     /// The Core Hub client for identity checks, built again when the target changes or after a minute.
     corehub: Arc<tokio::sync::Mutex<Option<Connection>>>,
     /// One update request at a time.
@@ -221,28 +220,40 @@ impl Api {
         Ok(client)
     }
 
-    /// Asks Core Hub who the caller is, or answers from the cache.
+    /// Asks Core Hub who the caller is, or answers from what it said recently (see [`identities`]).
     async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Response> {
-        let authorization = headers.get("authorization").and_then(|v| v.to_str().ok());
-        let cookie = headers.get("cookie").and_then(|v| v.to_str().ok());
-        let session = cookie.and_then(|c| {
-            c.split(';')
-                .filter_map(|kv| kv.trim().split_once('='))
-                .find(|(k, _)| *k == "gs-auth")
-                .map(|(_, v)| v.to_string())
-        });
-        let Some(key) = authorization.map(str::to_string).or(session) else {
-            return Err(failure(
-                StatusCode::UNAUTHORIZED,
-                "Not authenticated",
+        let not_authenticated =
+            |why: &str| failure(StatusCode::UNAUTHORIZED, "Not authenticated", why);
+        let Some(presented) = identities::Presented::from_headers(headers) else {
+            return Err(not_authenticated(
                 "no Authorization header or gs-auth cookie",
             ));
         };
-        if let Ok(cache) = self.auth_cache.lock()
-            && let Some((caller, at)) = cache.get(&key)
-            && at.elapsed() < AUTH_TTL
-        {
-            return Ok(caller.clone());
+        let ids = &self.identities;
+        let key = ids.key(&presented);
+        match ids.remembered(key) {
+            Some(identities::Known::Caller(c)) => return Ok(c),
+            Some(identities::Known::Refused) => {
+                return Err(not_authenticated("Core Hub refused the session"));
+            }
+            None => {}
+        }
+        // A caller GKO does not know yet: Core Hub is asked, within a ration.
+        let too_many = || {
+            let mut resp = failure(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many authentication attempts",
+                "GKO asks Core Hub about new callers at a limited rate; try again in a second",
+            );
+            resp.headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+            resp
+        };
+        let Ok(_slot) = ids.in_flight.try_acquire() else {
+            return Err(too_many());
+        };
+        if !ids.take_check() {
+            return Err(too_many());
         }
         let gsp = self.platform()?;
         let verification_failed = |why: String| {
@@ -253,14 +264,15 @@ impl Api {
             )
         };
         let corehub = self.corehub(&gsp).await.map_err(verification_failed)?;
-        let me = match corehub.me(authorization, cookie).await {
+        let cookie = presented.cookie();
+        let me = match corehub
+            .me(presented.authorization.as_deref(), cookie.as_deref())
+            .await
+        {
             Ok(Some(me)) => me,
             Ok(None) => {
-                return Err(failure(
-                    StatusCode::UNAUTHORIZED,
-                    "Not authenticated",
-                    "Core Hub refused the session",
-                ));
+                ids.remember(key, identities::Known::Refused);
+                return Err(not_authenticated("Core Hub refused the session"));
             }
             Err(e) => return Err(verification_failed(e.to_string())),
         };
@@ -274,10 +286,7 @@ impl Api {
             username: me.username,
             role: me.role,
         };
-        if let Ok(mut cache) = self.auth_cache.lock() {
-            cache.retain(|_, (_, at)| at.elapsed() < AUTH_TTL);
-            cache.insert(key, (caller.clone(), Instant::now()));
-        }
+        ids.remember(key, identities::Known::Caller(caller.clone()));
         Ok(caller)
     }
 }
@@ -826,7 +835,7 @@ fn routes(api: Api) -> Router {
 pub fn router(view: Arc<View>) -> Router {
     let api = Api {
         view,
-        auth_cache: Arc::default(),
+        identities: Arc::default(),
         corehub: Arc::default(),
         updating: Arc::default(),
     };
