@@ -208,6 +208,10 @@ pub struct CatalogSpec {
 /// How GKO reaches Core Hub's REST API.
 #[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.caSecret) || !self.insecureSkipVerify")
+        .message("caSecret and insecureSkipVerify exclude each other: a CA is there to verify Core Hub")
+)]
 pub struct CoreHubSpec {
     /// Base URL (default: the Core Hub workload's Service on port 1717, HTTPS).
     #[serde(default, skip_serializing_if = "Option::is_none")]

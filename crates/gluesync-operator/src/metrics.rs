@@ -42,6 +42,8 @@ pub struct Metrics {
     pub step_seconds: Family<StepLabel, Histogram>,
     /// True once the watches have listed the namespace.
     pub ready: AtomicBool,
+    /// The Conductor API could not serve (its port taken, its certificate unreadable).
+    pub conductor_down: AtomicBool,
 }
 
 fn step_histogram() -> Histogram {
@@ -90,6 +92,7 @@ impl Default for Metrics {
             updates,
             step_seconds,
             ready: AtomicBool::new(false),
+            conductor_down: AtomicBool::new(false),
         }
     }
 }
@@ -118,7 +121,7 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-    if m.ready.load(Ordering::Relaxed) {
+    if m.ready.load(Ordering::Relaxed) && !m.conductor_down.load(Ordering::Relaxed) {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting")

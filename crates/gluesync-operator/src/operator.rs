@@ -192,8 +192,11 @@ pub async fn run(
             let stopped = async move {
                 let _ = api_stopped.wait_for(|s| *s).await;
             };
+            let metrics = api_view.metrics.clone();
             if let Err(e) = crate::conductor::serve(addr, tls, api_view, stopped).await {
-                warn!(error = %e, %addr, "the Conductor API stopped");
+                // Not ready: the Core Hub UI could not reach GKO through this pod.
+                metrics.conductor_down.store(true, Ordering::Relaxed);
+                tracing::error!(error = %e, %addr, "the Conductor API cannot serve; /readyz fails");
             }
         });
     }

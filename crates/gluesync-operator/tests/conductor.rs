@@ -455,8 +455,45 @@ async fn the_api_serves_https_from_a_certificate() -> anyhow::Result<()> {
     // Plain HTTP is not served on that port.
     let plain = reqwest::get(format!("{}/health", base.replace("https://", "http://"))).await;
     assert!(plain.map(|r| !r.status().is_success()).unwrap_or(true));
+
+    // The certificate is renewed (cert-manager rewrites the mounted files): taken without a restart.
+    let renewed = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])?;
+    std::fs::write(&files_again(&dir).key, renewed.signing_key.serialize_pem())?;
+    std::fs::write(&files_again(&dir).cert, renewed.cert.pem())?;
+    let trusting_renewed = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(
+            renewed.cert.pem().as_bytes(),
+        )?)
+        .build()?;
+    gko_test_support::eventually(
+        "the renewed certificate to be served",
+        std::time::Duration::from_secs(30),
+        || async {
+            let ok = trusting_renewed
+                .get(format!("{base}/health"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            Ok(ok.then_some(()))
+        },
+    )
+    .await?;
+    let old = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cert.cert.pem().as_bytes())?)
+        .build()?;
+    assert!(
+        old.get(format!("{base}/health")).send().await.is_err(),
+        "the old certificate is not served any more"
+    );
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+fn files_again(dir: &std::path::Path) -> gluesync_operator::conductor::TlsFiles {
+    gluesync_operator::conductor::TlsFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -968,5 +1005,33 @@ async fn a_flood_of_bad_tokens_costs_core_hub_little_and_a_known_manager_is_serv
         (checks as f64) <= 20.0 * elapsed + 21.0,
         "{checks} identity checks in {elapsed:.2} s"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conductor_port_already_taken_makes_gko_not_ready() -> anyhow::Result<()> {
+    let ns = namespace("ui-port-taken").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = taken.local_addr()?.to_string();
+    let gko = Gko::spawn(
+        &ns,
+        GkoOptions {
+            conductor_addr: Some(addr),
+            ..Default::default()
+        },
+    )?;
+    // It reports what runs (its caches are filled), and says it is not ready: the UI cannot reach it.
+    wait_settled(&ns).await?;
+    gko.wait_for_line(
+        "the Conductor API cannot serve",
+        std::time::Duration::from_secs(30),
+    )
+    .await?;
+    let ready = gko.metrics_url.replace("/metrics", "/readyz");
+    let status = reqwest::get(&ready).await?.status().as_u16();
+    assert_eq!(status, 503);
+    drop(taken);
     Ok(())
 }

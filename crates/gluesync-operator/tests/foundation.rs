@@ -161,7 +161,7 @@ async fn a_sample_install_is_reported_as_it_runs() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_server_rejects_malformed_platforms() -> anyhow::Result<()> {
     let ns = namespace("validation").await?;
-    let cases: [(&str, serde_json::Value, &str); 12] = [
+    let cases: [(&str, serde_json::Value, &str); 13] = [
         ("no version", json!({}), "spec.version: Required value"),
         (
             "version not dotted numbers",
@@ -208,6 +208,11 @@ async fn the_api_server_rejects_malformed_platforms() -> anyhow::Result<()> {
             "registry with trailing slash",
             json!({"version": "2.3.2.1", "imageRegistry": "registry.example.com/"}),
             "imageRegistry",
+        ),
+        (
+            "a CA and no verification",
+            json!({"version": "2.3.2.1", "coreHub": {"caSecret": "corehub-ca", "insecureSkipVerify": true}}),
+            "caSecret and insecureSkipVerify exclude each other",
         ),
         (
             "offline with a catalog url",

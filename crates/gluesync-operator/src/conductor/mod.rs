@@ -35,6 +35,8 @@ use crate::{
 
 /// Largest request body the API reads.
 pub const BODY_LIMIT: usize = 64 * 1024;
+/// How often the certificate files are checked for a renewal.
+const CERT_CHECK: Duration = Duration::from_secs(2);
 /// How long an update request waits for the update to end before it answers with the outcome so far.
 const UPDATE_WAIT: Duration = Duration::from_secs(900);
 
@@ -883,6 +885,35 @@ pub async fn serve(
             tokio::spawn(async move {
                 shutdown.await;
                 stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+            });
+            // A renewed certificate (cert-manager rewrites the mounted files) is taken without a restart.
+            let reload = config.clone();
+            let watched = files.clone();
+            tokio::spawn(async move {
+                let stamp = |f: &TlsFiles| {
+                    let m =
+                        |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+                    (m(&f.cert), m(&f.key))
+                };
+                let mut seen = stamp(&watched);
+                loop {
+                    tokio::time::sleep(CERT_CHECK).await;
+                    let now = stamp(&watched);
+                    if now != seen {
+                        match reload
+                            .reload_from_pem_file(&watched.cert, &watched.key)
+                            .await
+                        {
+                            Ok(()) => {
+                                tracing::info!(cert = %watched.cert.display(), "the Conductor API's certificate was reloaded");
+                                seen = now;
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "reloading the Conductor API's certificate failed; keeping the old one")
+                            }
+                        }
+                    }
+                }
             });
             tracing::info!(%addr, cert = %files.cert.display(), "serving the Conductor API over HTTPS");
             axum_server::bind_rustls(addr, config)

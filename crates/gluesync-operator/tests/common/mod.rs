@@ -304,6 +304,8 @@ pub struct GkoOptions {
     /// A kubeconfig other than the control plane's (a fault proxy's).
     pub kubeconfig: Option<std::path::PathBuf>,
     pub env: Vec<(String, String)>,
+    /// Where it serves the Conductor API (default: it serves none).
+    pub conductor_addr: Option<String>,
 }
 
 impl Gko {
@@ -320,7 +322,7 @@ impl Gko {
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
             "--conductor-addr",
-            "off",
+            options.conductor_addr.as_deref().unwrap_or("off"),
         ])
         .env(
             "KUBECONFIG",
