@@ -24,8 +24,8 @@ pub const CONCURRENT_CHECKS: usize = 4;
 /// Callers remembered at most.
 const CAPACITY: usize = 10_000;
 
-/// What a caller presents: exactly what is forwarded to Core Hub.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a caller presents: exactly what is forwarded to Core Hub. (No Debug: it holds the raw token.)
+#[derive(Clone, PartialEq, Eq)]
 pub struct Presented {
     pub authorization: Option<String>,
     /// The value of the `gs-auth` cookie.
