@@ -1035,3 +1035,33 @@ async fn a_conductor_port_already_taken_makes_gko_not_ready() -> anyhow::Result<
     drop(taken);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_is_cut_off() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_ns, _sim, _gko, ui) = serving("ui-slow", json!({})).await?;
+    let addr = ui.base.trim_start_matches("http://").to_string();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await?;
+    // Headers begun, never finished.
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: gko\r\n")
+        .await?;
+    let mut buf = [0u8; 256];
+    // It holds the connection for a while (the slow client is really there)...
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), slow.read(&mut buf))
+            .await
+            .is_err(),
+        "the connection is open while the headers are coming"
+    );
+    // ...and is cut off once the header-read timeout passes.
+    let cut = tokio::time::timeout(
+        gluesync_operator::conductor::HEADER_READ_TIMEOUT + std::time::Duration::from_secs(10),
+        slow.read(&mut buf),
+    )
+    .await
+    .expect("the server closed the slow connection");
+    assert!(matches!(cut, Ok(0) | Err(_)), "{cut:?}");
+    // A normal client is served meanwhile.
+    assert_eq!(ui.get("/health", None).await?.0, 200);
+    Ok(())
+}

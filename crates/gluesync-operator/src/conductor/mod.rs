@@ -35,6 +35,14 @@ use crate::{
 
 /// Largest request body the API reads.
 pub const BODY_LIMIT: usize = 64 * 1024;
+/// Time a client has to send its request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a client has to send a request's body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a request other than an update request has to be answered.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Requests served at once.
+pub const MAX_CONNECTIONS: usize = 256;
 /// How often the certificate files are checked for a renewal.
 const CERT_CHECK: Duration = Duration::from_secs(2);
 /// How long an update request waits for the update to end before it answers with the outcome so far.
@@ -331,6 +339,27 @@ async fn unless_self_updating(State(api): State<Api>, req: Request, next: Next) 
     }
 }
 
+/// Every request but an update request (which waits for the update, bounded by itself) is answered
+/// within [`REQUEST_TIMEOUT`].
+async fn timely(req: Request, next: Next) -> Response {
+    let update =
+        req.method() == axum::http::Method::POST && req.uri().path().ends_with("/containers");
+    if update {
+        return next.run(req).await;
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Request timed out",
+            format!(
+                "GKO could not answer within {} s",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        ),
+    }
+}
+
 /// Refuses a caller whose role the gate does not allow.
 #[allow(clippy::result_large_err)]
 fn allow(caller: &Caller, gate: Gate) -> Result<(), Response> {
@@ -463,9 +492,24 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
     if let Err(resp) = allow(&caller, Gate::Control) {
         return resp;
     }
-    let body = match axum::body::to_bytes(req.into_body(), BODY_LIMIT).await {
-        Ok(b) => b,
+    let body = match tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        axum::body::to_bytes(req.into_body(), BODY_LIMIT),
+    )
+    .await
+    {
         Err(_) => {
+            return failure(
+                StatusCode::REQUEST_TIMEOUT,
+                "Request body too slow",
+                format!(
+                    "the body must arrive within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            );
+        }
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => {
             return failure(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "Request body too large",
@@ -847,6 +891,7 @@ pub fn router(view: Arc<View>) -> Router {
         .merge(r)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(api.clone(), authenticated))
+        .layer(middleware::from_fn(timely))
         .layer(middleware::from_fn_with_state(api, unless_self_updating))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
 }
@@ -860,32 +905,41 @@ pub struct TlsFiles {
     pub key: std::path::PathBuf,
 }
 
-/// Serves the API, over HTTPS when `tls` is given, until `shutdown` resolves.
+/// Serves the API, over HTTPS when `tls` is given, until `shutdown` resolves. A client gets
+/// [`HEADER_READ_TIMEOUT`] to send its request's headers, and [`BODY_READ_TIMEOUT`] its body; a request
+/// other than an update gets [`REQUEST_TIMEOUT`] to be answered; at most [`MAX_CONNECTIONS`] are served at
+/// once (more wait in the listen queue).
 pub async fn serve(
     addr: SocketAddr,
     tls: Option<TlsFiles>,
     view: Arc<View>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(view).into_make_service();
+    let app = router(view)
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+            MAX_CONNECTIONS,
+        ))
+        .into_make_service();
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+    });
     match tls {
         None => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let mut server = axum_server::bind(addr);
+            server
+                .http_builder()
+                .http1()
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             tracing::info!(%addr, "serving the Conductor API over HTTP");
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
+            server.handle(handle).serve(app).await
         }
         Some(files) => {
             let config =
                 axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key)
                     .await?;
-            let handle = axum_server::Handle::new();
-            let stopper = handle.clone();
-            tokio::spawn(async move {
-                shutdown.await;
-                stopper.graceful_shutdown(Some(Duration::from_secs(5)));
-            });
             // A renewed certificate (cert-manager rewrites the mounted files) is taken without a restart.
             let reload = config.clone();
             let watched = files.clone();
@@ -915,11 +969,13 @@ pub async fn serve(
                     }
                 }
             });
+            let mut server = axum_server::bind_rustls(addr, config);
+            server
+                .http_builder()
+                .http1()
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             tracing::info!(%addr, cert = %files.cert.display(), "serving the Conductor API over HTTPS");
-            axum_server::bind_rustls(addr, config)
-                .handle(handle)
-                .serve(app)
-                .await
+            server.handle(handle).serve(app).await
         }
     }
 }
