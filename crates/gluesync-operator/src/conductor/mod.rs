@@ -1008,10 +1008,14 @@ pub fn openapi_document() -> Value {
                 "get": {"parameters": [{"name": "type", "in": "query", "schema": {"type": "string", "enum": ["agent", "module", "core-hub", "third-party", "unknown", "all"]}}],
                         "responses": {"200": ok("the managed workloads as containers"), "401": err("not authenticated")}},
                 "post": {"requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ContainersRequest"}}}},
-                         "responses": {"200": ok("the update ended; OK or ERROR per component"), "400": err("a malformed request"),
-                                       "401": err("not authenticated"), "403": err("the role cannot control"), "404": err("an unknown id"),
-                                       "409": err("refused: an action Helm owns, an update already running, or updates managed in Git"),
-                                       "413": err("the body is too large"), "502": err("the version catalog did not answer")}}
+                         "responses": {"200": ok("the update ended; OK or ERROR per component"),
+                                       "202": ok("the update still runs after 15 minutes: its step and message so far"),
+                                       "400": err("a malformed request"),
+                                       "401": err("not authenticated"), "403": err("the role cannot control, or a cookie request from another origin or not JSON"),
+                                       "404": err("an unknown id"), "408": err("the body came too slowly"),
+                                       "409": err("refused: an action Helm owns, an update already running, updates managed in Git, or GKO's own Deployment"),
+                                       "413": err("the body is too large"), "429": err("too many new callers to check with Core Hub; retry after a second"),
+                                       "502": err("the version catalog did not answer")}}
             },
             "/services": {"post": {"responses": {"409": err("Helm owns the workloads")}}, "put": {"responses": {"409": err("Helm owns the workloads")}}},
             "/services/{id}/version/{channel}": {"get": {"parameters": [
