@@ -336,13 +336,12 @@ async fn execute(
         }
         Action::AddFinalizer | Action::RemoveFinalizer => {
             let on = action == Action::AddFinalizer;
-            writer
+            // The patch answers the platform as written: its resourceVersion for the next write.
+            let mut fresh = writer
                 .set_finalizer(gsp, on)
                 .await
                 .map_err(|e| warn!(error = %e, on, "changing the finalizer failed; retrying"))?;
             info!(on, "finalizer {}", if on { "added" } else { "removed" });
-            let api: Api<GluesyncPlatform> = Api::namespaced(writer.client().clone(), ns);
-            let mut fresh = api.get_opt(&gsp.name_any()).await.ok().flatten();
             if let Some(f) = &mut fresh {
                 // Keep the complete lists the engine works on.
                 f.status = gsp.status.clone();

@@ -188,7 +188,12 @@ impl Writer {
     }
 
     /// Puts GKO's finalizer on the platform (`on`), or takes it off, keeping every other finalizer.
-    pub async fn set_finalizer(&self, gsp: &GluesyncPlatform, on: bool) -> Result<(), kube::Error> {
+    /// The platform as written, or `None` when nothing was to change or it is gone.
+    pub async fn set_finalizer(
+        &self,
+        gsp: &GluesyncPlatform,
+        on: bool,
+    ) -> Result<Option<GluesyncPlatform>, kube::Error> {
         self.gate()?;
         let mut finalizers: Vec<String> = gsp
             .finalizers()
@@ -202,7 +207,7 @@ impl Writer {
         if finalizers.len() == gsp.finalizers().len()
             && gsp.finalizers().iter().any(|f| f == FINALIZER) == on
         {
-            return Ok(());
+            return Ok(None);
         }
         // A merge patch replaces the whole list; the resourceVersion makes it fail (409) if the list
         // changed since it was read.
@@ -220,9 +225,9 @@ impl Writer {
             .patch(&gsp.name_any(), &params, &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(written) => Ok(Some(written)),
             // Already gone: nothing holds it any more.
-            Err(kube::Error::Api(s)) if s.code == 404 && !on => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 && !on => Ok(None),
             Err(e) => Err(e),
         }
     }

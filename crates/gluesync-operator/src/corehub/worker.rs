@@ -139,7 +139,7 @@ async fn send(
     client: &CoreHub,
     ids: Vec<String>,
     enter: bool,
-) -> (Vec<(String, Time)>, Option<String>, usize) {
+) -> (Vec<(String, Time)>, Option<String>) {
     let results: Vec<(String, Result<Time, String>)> = stream::iter(ids)
         .map(|id| async move {
             if !env.may_call() {
@@ -180,7 +180,7 @@ async fn send(
             "maintenance requests failed; retrying"
         );
     }
-    (ok, first, failed)
+    (ok, first)
 }
 
 /// Waits `wait`, or less when the wanted work asks for a request not sent yet. `false` when the
@@ -293,7 +293,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         let mut errors = None;
         if !to_enter.is_empty() {
             let count = to_enter.len();
-            let (ok, error, _) = send(&env, &client, to_enter, true).await;
+            let (ok, error) = send(&env, &client, to_enter, true).await;
             info!(
                 asked = count,
                 accepted = ok.len(),
@@ -326,7 +326,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         };
         if !to_exit.is_empty() {
             let count = to_exit.len();
-            let (ok, error, _) = send(&env, &client, to_exit, false).await;
+            let (ok, error) = send(&env, &client, to_exit, false).await;
             info!(
                 asked = count,
                 accepted = ok.len(),

@@ -226,7 +226,7 @@ fn drain_timeout(
     if !late.is_empty() && !mutated(Mutant::OldResume) {
         d.status.late_maintenance = Some(LateMaintenance {
             pipelines: late,
-            until: plus(now, timeout.max(window)),
+            until: plus(now, window),
         });
     }
     let message = format!(
@@ -362,16 +362,12 @@ pub(super) fn ledger(
     give_up: Option<&Time>,
 ) {
     let now = &obs.now;
-    let update = d
+    let idle = d.status.update.is_none();
+    let epoch = d
         .status
         .update
         .as_ref()
-        .or(gsp.status.as_ref().and_then(|s| s.update.as_ref()));
-    let idle = d.status.update.is_none();
-    let epoch = match (idle, update) {
-        (false, Some(u)) => epoch(u),
-        _ => LEFTOVERS.to_string(),
-    };
+        .map_or(LEFTOVERS.to_string(), epoch);
     let before = d.status.paused_pipelines.len();
     let released = settle_ledger(obs, &epoch, d);
     if let Some(late) = &d.status.late_maintenance
