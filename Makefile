@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench fuzz crd model-check cluster-up cluster-down
+.PHONY: demo test bench fuzz crd reference model-check cluster-up cluster-down release
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -18,9 +18,14 @@ model-check:
 	GKO_MODEL_STATES=$${GKO_MODEL_STATES:-2000000} GKO_MODEL_CRASHES=$${GKO_MODEL_CRASHES:-3} \
 	  cargo test --release -p gluesync-operator --lib update::model -- --include-ignored --nocapture
 
-## Write the CRD generated from the Rust types to deploy/crd.yaml.
-crd:
-	cargo run -q -p gluesync-operator -- crd > deploy/crd.yaml
+## Write the CRD generated from the Rust types into the chart (deploy/crd.yaml links to it), and the
+## reference generated from it.
+crd: reference
+	cargo run -q -p gluesync-operator -- crd > charts/gluesync-operator/crds/gluesyncplatforms.yaml
+
+## Write docs/reference.md, the GluesyncPlatform reference generated from the CRD.
+reference:
+	cargo run -q -p gluesync-operator -- reference > docs/reference.md
 
 cluster-up:
 	hack/controlplane.sh up
@@ -33,3 +38,8 @@ bench:
 	hack/controlplane.sh up
 	cargo build -q --release -p gluesync-operator -p gko-bench
 	target/release/gko-bench
+
+## The release binary the image copies (see Dockerfile): target/release/gluesync-operator.
+release:
+	cargo build --release --locked -p gluesync-operator --bin gluesync-operator
+	@ls -l target/release/gluesync-operator

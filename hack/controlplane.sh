@@ -3,12 +3,17 @@
 #
 #   hack/controlplane.sh build    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 #                                 kubectl and kwok (hack/controlplane/go.mod) and helm into a cache outside
-#                                 the repo, keyed by what they are built from; a warm cache returns at once
+#                                 the repo, keyed by what they are built from; a warm cache returns at once;
+#                                 then kstatus (below) the same way
 #   hack/controlplane.sh up       start the cluster on loopback (or reuse the one running), one simulated node
 #   hack/controlplane.sh down     stop it and remove its state
 #   hack/controlplane.sh status   say whether it runs
 #   hack/controlplane.sh env      print the exports that point kubectl, helm and the tests at it
 #   hack/controlplane.sh bin      print the folder that holds the binaries
+#   hack/controlplane.sh kstatus  print the path of the kstatus binary: hack/kstatus/go.mod, how Flux,
+#                                 Helm 4's --wait and kpt read a resource (`kubectl get gsp/gluesync -o json
+#                                 | kstatus`); its cache folder has a key of its own (hack/kstatus and the
+#                                 Go version), so changing it never rebuilds the control plane
 #
 # Settings (environment): GKO_CACHE_DIR (default ~/.cache/gluesync-operator) holds the binaries;
 # GKO_CLUSTER_DIR (default /tmp/gko-cluster) holds the running cluster's certificates, data, logs and
@@ -38,6 +43,14 @@ cache_key() {
 
 bin_dir() { echo "$cache_dir/controlplane/$(cache_key)/bin"; }
 
+# kstatus has a key of its own, so changing it never rebuilds the control plane.
+kstatus_src="$here/kstatus"
+kstatus_key() {
+  { cat "$kstatus_src/go.mod" "$kstatus_src/go.sum" "$kstatus_src"/*.go; go env GOVERSION; } | sha256sum | cut -c1-16
+}
+
+kstatus_bin() { echo "$cache_dir/kstatus/$(kstatus_key)/bin/kstatus"; }
+
 build() {
   local bin; bin=$(bin_dir)
   if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/helm" ]; then
@@ -61,6 +74,23 @@ build() {
   mkdir -p "$(dirname "$bin")"
   rm -rf "$bin"; mv "$tmp" "$bin"
   log "built in $((SECONDS - start)) s"
+}
+
+build_kstatus() {
+  local exe; exe=$(kstatus_bin)
+  if [ -x "$exe" ]; then
+    log "kstatus cached in $exe"
+    return
+  fi
+  command -v go >/dev/null || die "the Go toolchain is needed to build kstatus"
+  local bin; bin=$(dirname "$exe")
+  local tmp="$bin.tmp.$$"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  log "building kstatus into $bin"
+  local start=$SECONDS
+  (cd "$kstatus_src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/kstatus" .)
+  rm -rf "$bin"; mv "$tmp" "$bin"
+  log "kstatus built in $((SECONDS - start)) s"
 }
 
 kubeconfig_for() { # name token
@@ -237,11 +267,12 @@ down() {
 }
 
 case "${1:-}" in
-  build) build ;;
+  build) build; build_kstatus ;;
   up) up ;;
   down) down ;;
   status) if running; then echo "running: KUBECONFIG=$cluster_dir/kubeconfig"; else echo "not running"; exit 1; fi ;;
   env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$PATH"\n' "$cluster_dir/kubeconfig" "$(bin_dir)" ;;
   bin) bin_dir ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  kstatus) kstatus_bin ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

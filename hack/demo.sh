@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The local demo: the local control plane, a sample Gluesync install at Core Hub 2.3.2.1 in namespace
-# gluesync-demo, the Core Hub simulator with a few hundred pipelines, and GKO; then an update to 2.3.2.2
+# The local demo: the local control plane, the sample Gluesync kit with GKO installed with helm at Core Hub
+# 2.3.2.1 in namespace gluesync-demo, the Core Hub simulator with a few hundred pipelines, and GKO; then an update to 2.3.2.2
 # that you watch with `kubectl get gsp -w`, and its history and events afterwards.
 #
 # GKO and the simulator keep running until Ctrl-C (or stop at the end when DEMO_EXIT=1 or there is no
@@ -35,35 +35,40 @@ target/debug/gluesync-simulator --addr 127.0.0.1:$sim_port --admin-addr 127.0.0.
 pids+=($!)
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$((sim_port + 1))/_sim/state" >/dev/null && break; sleep 0.1; done
 
-say "installing the GluesyncPlatform CRD and a sample install at Core Hub 2.3.2.1 in namespace $ns"
-kubectl apply --server-side -f deploy/crd.yaml >/dev/null
-kubectl wait --for=condition=Established crd/gluesyncplatforms.gluesync.molo17.com --timeout=30s >/dev/null
+say "installing the Gluesync kit with GKO (charts/gluesync-kit, release gluesync) in namespace $ns, at Core Hub 2.3.2.1"
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-# A previous run's platform goes; a finalizer left by an interrupted update would hold it, with no GKO
-# running to take it off.
+# A previous run's install goes first. Its GluesyncPlatform outlives the release (helm.sh/resource-policy:
+# keep): it is deleted by hand, its finalizer too, since no GKO runs now to take it off.
+helm -n "$ns" uninstall gluesync --wait >/dev/null 2>&1 || true
 kubectl -n "$ns" patch gsp gluesync --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
 kubectl -n "$ns" delete gsp gluesync --ignore-not-found >/dev/null
-kubectl -n "$ns" apply --server-side --force-conflicts -f examples/sample/install.yaml >/dev/null
 kubectl -n "$ns" create secret generic corehub-credentials --from-literal=username=admin \
   --from-literal=password=admin --dry-run=client -o yaml | kubectl -n "$ns" apply -f - >/dev/null
-kubectl -n "$ns" apply -f - >/dev/null <<EOF
-apiVersion: gluesync.molo17.com/v1alpha1
-kind: GluesyncPlatform
-metadata:
-  name: gluesync
-spec:
-  version: 2.3.2.1
-  coreHub:
-    url: http://127.0.0.1:$sim_port
-    credentialsSecret: corehub-credentials
-  catalog:
-    url: http://127.0.0.1:$sim_port
-  stabilityWindowSeconds: 5
-EOF
+helm dependency build charts/gluesync-kit >/dev/null
+echo "\$ helm install gluesync charts/gluesync-kit --set gluesyncCoreHub.tag=2.3.2.1 ..."
+helm -n "$ns" install gluesync charts/gluesync-kit \
+  --set gluesyncCoreHub.tag=2.3.2.1 \
+  --set operator.platform.coreHub.url=http://127.0.0.1:$sim_port \
+  --set operator.platform.catalog.url=http://127.0.0.1:$sim_port \
+  --set operator.platform.stabilityWindowSeconds=5 \
+  --set operator.minReadySeconds=0 >/dev/null
+kubectl -n "$ns" get statefulsets,deployments -L com.molo17.conductor.type
 
-say "starting GKO (log: $logs/gluesync-operator.log)"
-target/debug/gluesync-operator run --namespace "$ns" --metrics-addr 127.0.0.1:18080 \
-  --allowed-secrets corehub-credentials --allowed-corehub-urls "http://127.0.0.1:$sim_port" \
+# The local control plane runs no containers (its node is simulated), so GKO's pod never really starts:
+# GKO runs here as a process, the way the chart's Deployment runs it: with the chart's ServiceAccount token
+# alone, the Deployment's settings, and the Conductor API's certificate from the chart's Secret.
+say "starting GKO with the chart's ServiceAccount and settings (log: $logs/gluesync-operator.log)"
+gko=gluesync-gluesync-operator
+run_dir=$logs/gko-demo
+mkdir -p "$run_dir"
+sed "s|^\(\s*token:\).*|\1 $(kubectl -n "$ns" create token $gko --duration=24h)|" "$KUBECONFIG" >"$run_dir/kubeconfig"
+kubectl -n "$ns" get secret $gko-conductor-tls -o jsonpath='{.data.tls\.crt}' | base64 -d >"$run_dir/tls.crt"
+kubectl -n "$ns" get secret $gko-conductor-tls -o jsonpath='{.data.tls\.key}' | base64 -d >"$run_dir/tls.key"
+env_of() { kubectl -n "$ns" get deploy $gko -o jsonpath="{.spec.template.spec.containers[0].env[?(@.name=='$1')].value}"; }
+KUBECONFIG="$run_dir/kubeconfig" POD_NAME=$gko-demo \
+  GKO_ALLOWED_SECRETS=$(env_of GKO_ALLOWED_SECRETS) GKO_ALLOWED_COREHUB_URLS=$(env_of GKO_ALLOWED_COREHUB_URLS) \
+  GKO_CONDUCTOR_TLS_CERT="$run_dir/tls.crt" GKO_CONDUCTOR_TLS_KEY="$run_dir/tls.key" \
+  target/debug/gluesync-operator run --namespace "$ns" --metrics-addr 127.0.0.1:18080 \
   --conductor-addr 127.0.0.1:$((sim_port + 2)) >"$logs/gluesync-operator.log" 2>&1 &
 pids+=($!)
 kubectl -n "$ns" wait gsp/gluesync --for=jsonpath='{.status.phase}'=UpdateAvailable --timeout=60s >/dev/null
@@ -100,7 +105,8 @@ kubectl -n "$ns" get gsp
 token=$(curl -sf -X POST "http://127.0.0.1:$sim_port/authentication/login" -H 'content-type: application/json' \
   -d '{"username":"manager","password":"manager"}' | sed -n 's/.*"apiToken":"\([^"]*\)".*/\1/p')
 echo '$ curl -X POST .../conductor/api/containers -d {"action":"update","ids":[],"releaseChannel":"ga"}'
-curl -s -X POST "http://127.0.0.1:$((sim_port + 2))/conductor/api/containers" -H "Authorization: Bearer $token" \
+curl -s --cacert "$run_dir/tls.crt" --resolve "$gko.$ns.svc:$((sim_port + 2)):127.0.0.1" \
+  -X POST "https://$gko.$ns.svc:$((sim_port + 2))/conductor/api/containers" -H "Authorization: Bearer $token" \
   -H 'content-type: application/json' -d '{"action":"update","ids":[],"releaseChannel":"ga"}'
 echo
 kubectl -n "$ns" get gsp
@@ -113,7 +119,8 @@ GKO runs on namespace $ns, with the simulator's Core Hub at http://127.0.0.1:$si
   kubectl -n $ns patch gsp gluesync --type merge -p '{"spec":{"version":"2.3.2.3-crash"}}'   # a failing update, rolled back
   kubectl -n $ns describe gsp gluesync
   curl -s 127.0.0.1:$((sim_port + 1))/_sim/state | head -c 300; curl -s 127.0.0.1:18080/metrics
-  curl -s 127.0.0.1:$((sim_port + 2))/conductor/api/health   # the Conductor API the Core Hub UI calls
+  curl -sk https://127.0.0.1:$((sim_port + 2))/conductor/api/health   # the Conductor API the Core Hub UI calls
+  helm -n $ns get values gluesync; helm -n $ns upgrade gluesync charts/gluesync-kit --reuse-values   # keeps GKO's versions
 Stop with Ctrl-C; \`make cluster-down\` stops the control plane.
 EOF
 

@@ -11,7 +11,10 @@
 //! - drain and resume of 10,000 pipelines on the simulator;
 //! - GKO's own overhead in a whole update (stability window 0, pods ready at once): the update's wall time
 //!   less the time the API server and kwok take to roll the same images out without GKO;
-//! - GKO's resident memory, idle and during the 10,000-pipeline update.
+//! - GKO's resident memory, idle and during the 10,000-pipeline update;
+//! - the Conductor API's throughput (`GET /containers`) for manager sessions GKO knows, for a flood of bad
+//!   tokens, and for both at once, in phases of equal length on one GKO: requests per second by answer
+//!   (200, 401, 429, other), and the Core Hub identity checks each phase cost.
 //!
 //! GKO runs as its release binary (`target/release/gluesync-operator`, built by `make bench`), the
 //! simulator in this process. Run with `make bench`; `gko-bench NAME...` runs only the named figures
@@ -34,7 +37,7 @@ use gluesync_operator::api::{CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatfo
 use gluesync_simulator::{CatalogEntry, Options, Simulator};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::{
-    Api, CustomResourceExt, ResourceExt,
+    Api, ResourceExt,
     api::{Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
@@ -124,7 +127,7 @@ async fn setup_with(
     spec: serde_json::Value,
 ) -> anyhow::Result<TestNamespace> {
     let ns = TestNamespace::new(hint).await?;
-    gko_test_support::install_crd(&ns.client, &GluesyncPlatform::crd(), FIELD_MANAGER).await?;
+    gko_test_support::install_crd(&ns.client, &gluesync_operator::crd(), FIELD_MANAGER).await?;
     ns.apply(SAMPLE_INSTALL)?;
     ns.apply("apiVersion: v1\nkind: Secret\nmetadata:\n  name: corehub-credentials\nstringData:\n  username: admin\n  password: admin\n")?;
     let mut doc = json!({
@@ -577,53 +580,230 @@ async fn ten_thousand() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `GET /containers` of the Conductor API with a cached token: requests per second.
-async fn conductor_load(seconds: u64, concurrency: usize) -> anyhow::Result<()> {
+/// The Conductor API of the GKO the conductor figure starts.
+const CONDUCTOR_URL: &str = "http://127.0.0.1:18185/conductor/api/containers";
+/// Manager sessions, and connections for each kind of caller.
+const SESSIONS: usize = 16;
+const CONNECTIONS: usize = 32;
+/// Each phase of the Conductor load runs this long before it is measured.
+const WARM_UP: Duration = Duration::from_secs(1);
+
+/// How many requests of one kind of caller got each answer.
+#[derive(Default)]
+struct Answers {
+    ok: AtomicU64,
+    unauthorized: AtomicU64,
+    limited: AtomicU64,
+    /// Any other status, and requests that got no answer.
+    other: AtomicU64,
+}
+
+impl Answers {
+    fn count(&self, status: Option<u16>) {
+        let counter = match status {
+            Some(200) => &self.ok,
+            Some(401) => &self.unauthorized,
+            Some(429) => &self.limited,
+            _ => &self.other,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Who calls the Conductor API in a phase of the load.
+#[derive(Clone)]
+enum Callers {
+    /// Manager sessions Core Hub knows, already in GKO's identity cache: connection `i` uses session
+    /// `i % len`, as a browser keeps its own session.
+    Managers(Arc<Vec<String>>),
+    /// A new random token on every request.
+    Strangers,
+}
+
+/// [`CONNECTIONS`] loops of `GET /containers` as `callers` until `until`; the answers that arrive from
+/// `from` on are counted.
+fn load(
+    callers: Callers,
+    from: Instant,
+    until: Instant,
+) -> (Arc<Answers>, Vec<tokio::task::JoinHandle<()>>) {
+    use std::hash::{BuildHasher, Hasher};
+    let answers = Arc::new(Answers::default());
+    // One client, and so one pool of connections, for this kind of caller.
+    let http = reqwest::Client::new();
+    let tasks = (0..CONNECTIONS)
+        .map(|connection| {
+            let (http, callers, answers) = (http.clone(), callers.clone(), answers.clone());
+            tokio::spawn(async move {
+                let mut random = std::hash::RandomState::new().build_hasher();
+                while Instant::now() < until {
+                    let token = match &callers {
+                        Callers::Managers(sessions) => {
+                            sessions[connection % sessions.len()].clone()
+                        }
+                        Callers::Strangers => {
+                            random.write_u8(0);
+                            format!("{:016x}{connection:04x}", random.finish())
+                        }
+                    };
+                    let status = match http.get(CONDUCTOR_URL).bearer_auth(token).send().await {
+                        Ok(r) => {
+                            let status = r.status().as_u16();
+                            let _ = r.bytes().await;
+                            Some(status)
+                        }
+                        Err(_) => None,
+                    };
+                    let now = Instant::now();
+                    if now >= from && now < until {
+                        answers.count(status);
+                    }
+                }
+            })
+        })
+        .collect();
+    (answers, tasks)
+}
+
+/// One phase of the Conductor load: what each kind of caller got, and the identity checks Core Hub
+/// answered (known sessions) and refused (bad tokens) while it was measured.
+struct PhaseFigures {
+    managers: Option<Arc<Answers>>,
+    strangers: Option<Arc<Answers>>,
+    checks_answered: u64,
+    checks_refused: u64,
+}
+
+async fn conductor_phase(
+    sim: &Simulator,
+    managers: Option<&Callers>,
+    strangers: bool,
+    measured: Duration,
+) -> PhaseFigures {
+    let from = Instant::now() + WARM_UP;
+    let until = from + measured;
+    let mut tasks = vec![];
+    let mut start = |callers: Callers| {
+        let (answers, t) = load(callers, from, until);
+        tasks.extend(t);
+        answers
+    };
+    let managers = managers.map(|m| start(m.clone()));
+    let strangers = strangers.then(|| start(Callers::Strangers));
+    tokio::time::sleep_until(from.into()).await;
+    let before = sim.calls();
+    tokio::time::sleep_until(until.into()).await;
+    let after = sim.calls();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let refused = after.me_refused - before.me_refused;
+    PhaseFigures {
+        managers,
+        strangers,
+        checks_answered: (after.me - before.me) - refused,
+        checks_refused: refused,
+    }
+}
+
+/// The Conductor API (`GET /containers`) on one GKO in three phases of equal length: manager sessions
+/// GKO already knows, then a flood of bad tokens, then both at once. For each, requests per second by
+/// answer, and the Core Hub identity checks it cost (known sessions answered, bad tokens refused).
+async fn conductor_load(measured: Duration) -> anyhow::Result<()> {
     let sim = Simulator::start(Options::default()).await?;
     let ns = setup("bench-conductor", &sim, 0).await?;
     let gko = Gko::start_with(&ns, 18184, "127.0.0.1:18185")?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
     wait_for(&api, "phase Current", current).await?;
-    let token = sim.token_for("viewer");
+
+    // Distinct manager sessions, each checked with Core Hub once here, before anything is measured.
+    let sessions: Vec<String> = (0..SESSIONS).map(|_| sim.token_for("manager")).collect();
     let http = reqwest::Client::new();
-    let url = "http://127.0.0.1:18185/conductor/api/containers";
-    // The first call fills the token cache.
-    let first = http.get(url).bearer_auth(&token).send().await?;
-    if !first.status().is_success() {
-        bail!("GET /containers answered {}", first.status());
-    }
-    let done = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let until = Instant::now() + Duration::from_secs(seconds);
-    let mut tasks = vec![];
-    for _ in 0..concurrency {
-        let (http, token, done, failed) =
-            (http.clone(), token.clone(), done.clone(), failed.clone());
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < until {
-                match http.get(url).bearer_auth(&token).send().await {
-                    Ok(r) if r.status().is_success() => {
-                        let _ = r.bytes().await;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                    _ => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    }
+    for token in &sessions {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = http.get(CONDUCTOR_URL).bearer_auth(token).send().await?;
+            match r.status().as_u16() {
+                200 => break,
+                429 if Instant::now() < deadline => {
+                    let wait = r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                        .unwrap_or(1);
+                    tokio::time::sleep(Duration::from_secs(wait)).await;
                 }
+                status => bail!("GET /containers as a manager answered {status}"),
             }
-        }));
+        }
     }
-    for t in tasks {
-        let _ = t.await;
-    }
-    let n = done.load(Ordering::Relaxed);
-    println!(
-        "Conductor API GET /containers with a cached token ({concurrency} connections, {seconds} s): {:.0} requests/s, {} failed, {} Core Hub identity checks",
-        n as f64 / seconds as f64,
-        failed.load(Ordering::Relaxed),
-        sim.calls().me
-    );
+    let managers = Callers::Managers(Arc::new(sessions));
+
+    let alone = conductor_phase(&sim, Some(&managers), false, measured).await;
+    let flood = conductor_phase(&sim, None, true, measured).await;
+    let both = conductor_phase(&sim, Some(&managers), true, measured).await;
     drop(gko);
+
+    let secs = measured.as_secs_f64();
+    println!(
+        "Conductor API GET /containers, three phases of {:.0} s each (after {:.0} s unmeasured) on one GKO: {SESSIONS} manager sessions GKO knows on {CONNECTIONS} connections; bad tokens, a new random one per request, on {CONNECTIONS} connections; identity checks: the Core Hub calls (GET /authentication/me) each caller cost",
+        secs,
+        WARM_UP.as_secs_f64()
+    );
+    println!(
+        "  {:<18} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8}  {:>15} {:>8}",
+        "phase",
+        "caller",
+        "200/s",
+        "401/s",
+        "429/s",
+        "other/s",
+        "total/s",
+        "identity checks",
+        "checks/s"
+    );
+    let row = |phase: &str, caller: &str, a: &Answers, checks: u64| {
+        let rate = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 / secs;
+        let (ok, unauthorized, limited, other) = (
+            rate(&a.ok),
+            rate(&a.unauthorized),
+            rate(&a.limited),
+            rate(&a.other),
+        );
+        println!(
+            "  {phase:<18} {caller:<10} {ok:>8.0} {unauthorized:>8.0} {limited:>8.0} {other:>8.0} {:>8.0}  {:>15} {:>8.1}",
+            ok + unauthorized + limited + other,
+            checks,
+            checks as f64 / secs
+        );
+    };
+    for (phase, figures) in [
+        ("managers alone", &alone),
+        ("bad tokens alone", &flood),
+        ("both at once", &both),
+    ] {
+        if let Some(a) = &figures.managers {
+            row(phase, "managers", a, figures.checks_answered);
+        }
+        if let Some(a) = &figures.strangers {
+            let phase = if figures.managers.is_some() {
+                ""
+            } else {
+                phase
+            };
+            row(phase, "bad tokens", a, figures.checks_refused);
+        }
+    }
+    let per_session = |f: &PhaseFigures| {
+        f.managers.as_ref().map_or(0.0, |a| {
+            a.ok.load(Ordering::Relaxed) as f64 / secs / SESSIONS as f64
+        })
+    };
+    println!(
+        "  answered 200 per manager session: {:.1}/s alone, {:.1}/s while flooded",
+        per_session(&alone),
+        per_session(&both)
+    );
     Ok(())
 }
 
@@ -648,7 +828,7 @@ async fn main() -> anyhow::Result<()> {
         ten_thousand().await?;
     }
     if wants("conductor") {
-        conductor_load(5, 16).await?;
+        conductor_load(Duration::from_secs(5)).await?;
     }
     Ok(())
 }

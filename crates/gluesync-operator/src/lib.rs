@@ -12,6 +12,7 @@ pub mod corehub;
 pub mod lease;
 pub mod metrics;
 pub mod operator;
+pub mod reference;
 pub mod spill;
 pub mod status;
 pub mod update;
@@ -19,10 +20,46 @@ pub mod version;
 pub mod view;
 pub mod writer;
 
-/// The CustomResourceDefinition of `GluesyncPlatform`, as YAML.
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+/// The CustomResourceDefinition of `GluesyncPlatform`, as installed: the one the types generate, with
+/// - `status` defaulting to `{observedGeneration: 0}`, so that a resource GKO has not reported on yet reads
+///   as in progress (generation 1, observed 0) to kstatus, Flux and Helm's `--wait`, not as current;
+/// - Argo CD told to apply it server-side (it is too large for the annotation a client-side apply keeps).
+pub fn crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON;
     use kube::CustomResourceExt;
-    serde_yaml::to_string(&api::GluesyncPlatform::crd())
+    let mut crd = api::GluesyncPlatform::crd();
+    crd.metadata.annotations = Some(
+        [(
+            "argocd.argoproj.io/sync-options".to_string(),
+            "ServerSideApply=true".to_string(),
+        )]
+        .into(),
+    );
+    for version in &mut crd.spec.versions {
+        let status = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("status"));
+        if let Some(status) = status {
+            status.default = Some(JSON(serde_json::json!({})));
+            if let Some(observed) = status
+                .properties
+                .as_mut()
+                .and_then(|p| p.get_mut("observedGeneration"))
+            {
+                observed.default = Some(JSON(serde_json::json!(0)));
+            }
+        }
+    }
+    crd
+}
+
+/// [`crd`] as YAML.
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(&crd())
 }
 
 #[cfg(test)]
@@ -30,11 +67,12 @@ mod tests {
     /// The checked-in CRD is the one the types generate.
     #[test]
     fn checked_in_crd_matches_the_types() {
-        let checked_in = include_str!("../../../deploy/crd.yaml");
+        let checked_in =
+            include_str!("../../../charts/gluesync-operator/crds/gluesyncplatforms.yaml");
         let generated = super::crd_yaml().expect("the CRD serializes");
         assert!(
             checked_in == generated,
-            "deploy/crd.yaml drifted from the Rust types: run `cargo run -p gluesync-operator -- crd > deploy/crd.yaml`"
+            "the chart's CRD (deploy/crd.yaml links to it) drifted from the Rust types: run `make crd`"
         );
     }
 }

@@ -25,6 +25,8 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print the GluesyncPlatform CustomResourceDefinition as YAML.
     Crd,
+    /// Print the GluesyncPlatform reference (docs/reference.md), generated from the CRD, as Markdown.
+    Reference,
 }
 
 #[derive(clap::Args)]
@@ -67,6 +69,10 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Crd => {
             print!("{}", gluesync_operator::crd_yaml()?);
+            Ok(())
+        }
+        Command::Reference => {
+            print!("{}", gluesync_operator::reference::reference_markdown());
             Ok(())
         }
         Command::Run(args) => run(*args).await,

@@ -2,11 +2,15 @@
 //! the resource: a spec naming anything else is Stalled, and nothing is read or sent.
 
 mod common;
+#[path = "common/tls_listener.rs"]
+mod tls_listener;
 
 use std::time::Duration;
 
 use common::*;
+use gluesync_operator::api::UpdateResult;
 use serde_json::json;
+use tls_listener::TlsListener;
 
 /// Waits until the platform is Stalled for `reason`.
 async fn wait_stalled(
@@ -93,5 +97,88 @@ async fn credentials_are_never_sent_to_a_url_gko_may_not_call() -> anyhow::Resul
         calls.by_agent
     );
     assert_eq!(calls.logins, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_never_sent_over_an_unverified_tls_connection() -> anyhow::Result<()> {
+    let ns = namespace("unverified-tls").await?;
+    let sim = simulator().await?;
+    // Core Hub at a URL GKO may call, behind a certificate nobody vouches for: no caSecret, no
+    // insecureSkipVerify.
+    let listener = TlsListener::start().await?;
+    install_with_simulator(
+        &ns,
+        &sim,
+        json!({"coreHub": {"url": listener.url}, "drainTimeoutSeconds": 5}),
+    )?;
+    let _gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+    assert_eq!(
+        listener.handshakes(),
+        0,
+        "GKO calls Core Hub only to update"
+    );
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    // Status says why while the update waits for Core Hub...
+    wait_for_platform(&ns, "a message naming the certificate", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.message.as_deref())
+            .is_some_and(|m| m.contains("does not trust") && m.contains("spec.coreHub.caSecret"))
+    })
+    .await?;
+    // ...and in the refused update's outcome.
+    let g = wait_finished(&ns, 2).await?;
+    let attempt = g.status.unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Refused, "{}", attempt.message);
+    assert!(
+        attempt.message.contains("certificate GKO does not trust"),
+        "{}",
+        attempt.message
+    );
+
+    // The fault landed: GKO did connect, and refused the certificate during the handshake...
+    assert!(listener.handshakes() > 0, "GKO never tried to connect");
+    let failed = listener.failed_handshakes();
+    assert!(!failed.is_empty(), "no handshake failed");
+    assert!(
+        failed.iter().all(|e| e.contains("UnknownCA")),
+        "each handshake ends with GKO's alert that it does not know the CA: {failed:?}"
+    );
+    // ...so nothing was sent.
+    let requests = listener.requests();
+    assert!(requests.is_empty(), "requests arrived: {requests:?}");
+
+    // Control: with insecureSkipVerify the same listener receives GKO's login and calls.
+    patch_spec(
+        &ns,
+        json!({"coreHub": {"insecureSkipVerify": true}, "requestID": "skip-verify"}),
+    )
+    .await?;
+    gko_test_support::eventually(
+        "GKO's calls at the listener",
+        Duration::from_secs(30),
+        || async {
+            let requests = listener.requests();
+            let login = requests
+                .iter()
+                .any(|r| r.method == "POST" && r.path == "/authentication/login" && r.password);
+            let listed = requests
+                .iter()
+                .any(|r| r.path == "/pipelines" && r.authorization);
+            Ok((login && listed).then_some(()))
+        },
+    )
+    .await?;
+    let g = wait_finished(&ns, 3).await?;
+    let attempt = g.status.unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(
+        attempt.result,
+        UpdateResult::Succeeded,
+        "{}",
+        attempt.message
+    );
     Ok(())
 }

@@ -1009,6 +1009,104 @@ async fn a_flood_of_bad_tokens_costs_core_hub_little_and_a_known_manager_is_serv
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_flooding_new_credentials_is_rationed_and_others_are_served() -> anyhow::Result<()>
+{
+    use futures::StreamExt;
+    let (_ns, sim, _gko, ui) = serving("ui-client-ration", json!({})).await?;
+    // Three clients, told apart by address (all of 127.0.0.0/8 is this machine).
+    let from = |last: u8| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 0, last]))
+            .build()
+    };
+    let (busy, newcomer, known) = (from(2)?, from(3)?, from(4)?);
+    let url = format!("{}/containers", ui.base);
+    let url = &url;
+    let manager = sim.token_for("manager");
+    assert_eq!(
+        known.get(url).bearer_auth(&manager).send().await?.status(),
+        200
+    );
+    let before = sim.calls().me;
+    let started = std::time::Instant::now();
+    let busy = &busy;
+    let answers: Vec<(u16, Option<String>)> = futures::stream::iter(0..60)
+        .map(|i| async move {
+            let resp = busy
+                .get(url)
+                .bearer_auth(format!("made-up-{i}"))
+                .send()
+                .await?;
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            anyhow::Ok((resp.status().as_u16(), retry))
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let checks = sim.calls().me - before;
+    let refused: Vec<_> = answers.iter().filter(|(c, _)| *c == 429).collect();
+    assert!(
+        answers.iter().all(|(c, _)| *c == 401 || *c == 429),
+        "{answers:?}"
+    );
+    assert!(
+        !refused.is_empty(),
+        "the client's ration was reached: {answers:?}"
+    );
+    assert!(
+        refused.iter().all(|(_, r)| r
+            .as_deref()
+            .is_some_and(|r| r.parse::<u64>().is_ok_and(|s| s >= 1))),
+        "every 429 says when to come back: {refused:?}"
+    );
+    // The busy client got its own burst and rate, not the whole of Core Hub's.
+    assert!(
+        (checks as f64) <= 10.0 + 5.0 * elapsed + 1.0,
+        "{checks} identity checks in {elapsed:.2} s for one client"
+    );
+    // Meanwhile a new caller from elsewhere is checked and served at once.
+    let newcomer_token = sim.token_for("monitor");
+    assert_eq!(
+        newcomer
+            .get(url)
+            .bearer_auth(&newcomer_token)
+            .send()
+            .await?
+            .status(),
+        200
+    );
+    // A caller GKO knows costs a cache look-up and is not rationed.
+    let known = &known;
+    let manager = &manager;
+    let codes: Vec<u16> = futures::stream::iter(0..400)
+        .map(|_| async move {
+            anyhow::Ok(
+                known
+                    .get(url)
+                    .bearer_auth(manager)
+                    .send()
+                    .await?
+                    .status()
+                    .as_u16(),
+            )
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conductor_port_already_taken_makes_gko_not_ready() -> anyhow::Result<()> {
     let ns = namespace("ui-port-taken").await?;
     let sim = simulator().await?;

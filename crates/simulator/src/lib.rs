@@ -99,7 +99,10 @@ impl CatalogEntry {
 #[serde(rename_all = "camelCase")]
 pub struct Calls {
     pub logins: u64,
+    /// Identity checks (`GET /authentication/me`), answered or refused.
     pub me: u64,
+    /// The identity checks among them that were refused (401: an unknown token).
+    pub me_refused: u64,
     pub list_pipelines: u64,
     pub catalog: u64,
     /// Maintenance enter requests per pipeline.
@@ -339,7 +342,10 @@ async fn me(State(sim): State<Sim>, headers: HeaderMap) -> Response {
     sim.lock().calls.me += 1;
     match sim.authenticate(&headers) {
         Some((username, role)) => Json(json!({"username": username, "role": role})).into_response(),
-        None => unauthorized(),
+        None => {
+            sim.lock().calls.me_refused += 1;
+            unauthorized()
+        }
     }
 }
 

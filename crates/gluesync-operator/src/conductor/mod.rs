@@ -7,6 +7,7 @@
 //! controller runs like any other; the answer comes when the update has ended, from `status.lastAttempt`.
 //! Actions that would add, start, stop or remove workloads are refused: Helm owns the workloads.
 
+pub mod harness;
 mod identities;
 
 use std::{
@@ -231,7 +232,11 @@ impl Api {
     }
 
     /// Asks Core Hub who the caller is, or answers from what it said recently (see [`identities`]).
-    async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, Response> {
+    async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<Caller, Response> {
         let not_authenticated =
             |why: &str| failure(StatusCode::UNAUTHORIZED, "Not authenticated", why);
         let Some(presented) = identities::Presented::from_headers(headers) else {
@@ -248,23 +253,18 @@ impl Api {
             }
             None => {}
         }
-        // A caller GKO does not know yet: Core Hub is asked, within a ration.
-        let too_many = || {
-            let mut resp = failure(
-                StatusCode::TOO_MANY_REQUESTS,
+        // A caller GKO does not know yet: Core Hub is asked, within the client's ration and the global one.
+        let too_many = |wait: Duration| {
+            too_many_requests(
                 "Too many authentication attempts",
-                "GKO asks Core Hub about new callers at a limited rate; try again in a second",
-            );
-            resp.headers_mut()
-                .insert("retry-after", axum::http::HeaderValue::from_static("1"));
-            resp
+                "GKO asks Core Hub about new callers at a limited rate",
+                wait,
+            )
         };
         let Ok(_slot) = ids.in_flight.try_acquire() else {
-            return Err(too_many());
+            return Err(too_many(Duration::from_secs(1)));
         };
-        if !ids.take_check() {
-            return Err(too_many());
-        }
+        ids.take_check(client).map_err(too_many)?;
         let gsp = self.platform()?;
         let verification_failed = |why: String| {
             failure(
@@ -299,6 +299,15 @@ impl Api {
         ids.remember(key, identities::Known::Caller(caller.clone()));
         Ok(caller)
     }
+}
+
+/// 429 in the envelope, with `Retry-After` in whole seconds (at least one).
+fn too_many_requests(error: &str, details: &str, wait: Duration) -> Response {
+    let mut resp = failure(StatusCode::TOO_MANY_REQUESTS, error, details);
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    resp.headers_mut()
+        .insert("retry-after", axum::http::HeaderValue::from(secs));
+    resp
 }
 
 /// While GKO updates itself, every route but the OpenAPI document answers 503 with `Retry-After: 60`, as
@@ -387,7 +396,11 @@ async fn authenticated(State(api): State<Api>, mut req: Request, next: Next) -> 
     if open_route(req.uri().path()) {
         return next.run(req).await;
     }
-    let caller = match api.authenticate(req.headers()).await {
+    let client = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let caller = match api.authenticate(req.headers(), client).await {
         Ok(c) => c,
         Err(resp) => return resp,
     };
@@ -874,17 +887,34 @@ fn routes(api: Api) -> Router {
         .route("/services", post(refuse_services).put(refuse_services))
         .route("/services/{id}/version", get(service_version))
         .route("/services/{id}/version/{channel}", get(service_version));
-    open.merge(guarded).with_state(api)
+    open.merge(guarded)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(api)
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    failure(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method not allowed",
+        format!(
+            "{} is not served at {}; see /openapi.json",
+            req.method(),
+            req.uri().path()
+        ),
+    )
 }
 
 /// The whole API: bare paths, the same under `/conductor/api/`, a body limit, and 404s in the envelope.
 pub fn router(view: Arc<View>) -> Router {
-    let api = Api {
+    router_for(Api {
         view,
         identities: Arc::default(),
         corehub: Arc::default(),
         updating: Arc::default(),
-    };
+    })
+}
+
+fn router_for(api: Api) -> Router {
     let r = routes(api.clone());
     Router::new()
         .nest("/conductor/api", r.clone())
@@ -919,7 +949,7 @@ pub async fn serve(
         .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
             MAX_CONNECTIONS,
         ))
-        .into_make_service();
+        .into_make_service_with_connect_info::<SocketAddr>();
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();
     tokio::spawn(async move {
@@ -1006,7 +1036,7 @@ pub fn openapi_document() -> Value {
             "/openapi.json": {"get": {"security": [], "responses": {"200": {"description": "this document"}}}},
             "/containers": {
                 "get": {"parameters": [{"name": "type", "in": "query", "schema": {"type": "string", "enum": ["agent", "module", "core-hub", "third-party", "unknown", "all"]}}],
-                        "responses": {"200": ok("the managed workloads as containers"), "401": err("not authenticated")}},
+                        "responses": {"200": ok("the managed workloads as containers"), "401": err("not authenticated"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds")}},
                 "post": {"requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ContainersRequest"}}}},
                          "responses": {"200": ok("the update ended; OK or ERROR per component"),
                                        "202": ok("the update still runs after 15 minutes: its step and message so far"),
@@ -1014,14 +1044,14 @@ pub fn openapi_document() -> Value {
                                        "401": err("not authenticated"), "403": err("the role cannot control, or a cookie request from another origin or not JSON"),
                                        "404": err("an unknown id"), "408": err("the body came too slowly"),
                                        "409": err("refused: an action Helm owns, an update already running, updates managed in Git, or GKO's own Deployment"),
-                                       "413": err("the body is too large"), "429": err("too many new callers to check with Core Hub; retry after a second"),
+                                       "413": err("the body is too large"), "429": err("too many new callers to check with Core Hub, from this client or in all; retry after Retry-After seconds"),
                                        "502": err("the version catalog did not answer")}}
             },
             "/services": {"post": {"responses": {"409": err("Helm owns the workloads")}}, "put": {"responses": {"409": err("Helm owns the workloads")}}},
             "/services/{id}/version/{channel}": {"get": {"parameters": [
                 {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
                 {"name": "channel", "in": "path", "required": true, "schema": {"type": "string", "enum": ["ga", "beta", "alpha"]}}],
-                "responses": {"200": ok("currentVersion, latestVersionGA/Beta/Alpha, mandatoryUpdate, servicesToUpdate"), "404": err("an unknown id"), "502": err("the version catalog did not answer")}}}
+                "responses": {"200": ok("currentVersion, latestVersionGA/Beta/Alpha, mandatoryUpdate, servicesToUpdate"), "401": err("not authenticated"), "404": err("an unknown id"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds"), "502": err("the version catalog did not answer")}}}
         }
     })
 }

@@ -144,6 +144,11 @@ impl Default for Retry {
 pub enum Error {
     #[error("Core Hub at {url} cannot be reached: {reason}")]
     Unreachable { url: String, reason: String },
+    #[error(
+        "Core Hub at {url} presented a certificate GKO does not trust ({reason}), so nothing was sent: name \
+         the CA that signs it in spec.coreHub.caSecret"
+    )]
+    Untrusted { url: String, reason: String },
     #[error("Core Hub answered {status} to {what}: {body}")]
     Status {
         what: String,
@@ -256,12 +261,7 @@ impl CoreHub {
                     });
                 }
                 Ok(resp) => return Ok(resp),
-                Err(e) => {
-                    last = Some(Error::Unreachable {
-                        url: self.base.clone(),
-                        reason: error_chain(&e),
-                    })
-                }
+                Err(e) => last = Some(self.unreachable(&e)),
             }
             if attempt < self.retry.attempts {
                 tracing::debug!(what, attempt, "Core Hub call failed; retrying");
@@ -273,6 +273,28 @@ impl CoreHub {
             url: self.base.clone(),
             reason: "no attempt made".into(),
         }))
+    }
+
+    /// A request that got no answer: a certificate GKO does not trust is said as such (the TLS handshake
+    /// failed before anything was sent), anything else is unreachable.
+    fn unreachable(&self, e: &reqwest::Error) -> Error {
+        let reason = error_chain(e);
+        if reason.contains("invalid peer certificate") {
+            let why = reason
+                .rsplit("invalid peer certificate: ")
+                .next()
+                .unwrap_or(&reason)
+                .to_string();
+            Error::Untrusted {
+                url: self.base.clone(),
+                reason: why,
+            }
+        } else {
+            Error::Unreachable {
+                url: self.base.clone(),
+                reason,
+            }
+        }
     }
 
     async fn login(&self) -> Result<String, Error> {
@@ -382,10 +404,7 @@ impl CoreHub {
         if let Some(c) = cookie {
             req = req.header("cookie", c);
         }
-        let resp = req.send().await.map_err(|e| Error::Unreachable {
-            url: self.base.clone(),
-            reason: error_chain(&e),
-        })?;
+        let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
         match resp.status().as_u16() {
             200 => resp
                 .json::<Me>()

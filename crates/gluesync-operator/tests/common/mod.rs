@@ -11,7 +11,7 @@ use gluesync_operator::{
     operator,
 };
 use kube::{
-    Api, Client, CustomResourceExt,
+    Api, Client,
     api::{Patch, PatchParams},
 };
 use tokio::sync::watch;
@@ -22,7 +22,7 @@ pub const SAMPLE_PLATFORM: &str = include_str!("../../../../examples/sample/plat
 
 /// Installs the CRD generated from the current types and waits until it serves.
 pub async fn install_crd(client: &Client) -> anyhow::Result<()> {
-    gko_test_support::install_crd(client, &GluesyncPlatform::crd(), FIELD_MANAGER).await
+    gko_test_support::install_crd(client, &gluesync_operator::crd(), FIELD_MANAGER).await
 }
 
 /// A namespace with the CRD installed.

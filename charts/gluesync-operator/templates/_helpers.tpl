@@ -1,0 +1,133 @@
+{{/* The release's name for GKO's objects: gluesync-operator for its own chart, <release>-gluesync-operator in the kit. */}}
+{{- define "gluesync-operator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gluesync-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gluesync-operator.labels" -}}
+{{ include "gluesync-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The update policy: updatePolicy (kit name) or platform.updatePolicy. */}}
+{{- define "gluesync-operator.policy" -}}
+{{- default .Values.platform.updatePolicy .Values.updatePolicy -}}
+{{- end -}}
+
+{{/*
+GKO's image. The chart's tag (tag, image.tag, else appVersion), except under updatePolicy ui with self-update
+on: a newer image GKO put on its own Deployment is kept, so that helm upgrade never downgrades GKO.
+*/}}
+{{- define "gluesync-operator.image" -}}
+{{- $tag := default .Chart.AppVersion (default .Values.image.tag .Values.tag) -}}
+{{- $image := printf "%s:%s" .Values.image.repository $tag -}}
+{{- if and (eq (include "gluesync-operator.policy" .) "ui") .Values.selfUpdate.enabled (.Capabilities.APIVersions.Has "apps/v1/Deployment") -}}
+{{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "gluesync-operator.fullname" .) -}}
+{{- range (dig "spec" "template" "spec" "containers" (list) $live) -}}
+{{- if eq .name "gluesync-operator" -}}
+{{- $liveTag := regexReplaceAll "^.*:" (toString .image) "" -}}
+{{- if and (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $liveTag) (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag) (semverCompare (printf ">%s" $tag) $liveTag) -}}
+{{- $image = .image -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $image -}}
+{{- end -}}
+
+{{/* The Conductor API's TLS Secret. */}}
+{{- define "gluesync-operator.tlsSecret" -}}
+{{- default (printf "%s-conductor-tls" (include "gluesync-operator.fullname" .)) .Values.conductor.tls.secretName -}}
+{{- end -}}
+
+{{/*
+A GluesyncPlatform named gluesync. Called with a dict: root (the chart's top scope), platform (the platform
+values), policy, selfUpdate. Under updatePolicy ui the live spec.version and spec.modules win (the Core Hub UI
+moved them); under gitops the values win. spec.requestID keeps its live value under both. Used by this chart
+and by the Gluesync kit.
+*/}}
+{{- define "gluesync-operator.platform" -}}
+{{- $root := .root -}}
+{{- $p := .platform -}}
+{{- $live := dict -}}
+{{- if $root.Capabilities.APIVersions.Has "gluesync.molo17.com/v1alpha1/GluesyncPlatform" -}}
+{{- $live = (lookup "gluesync.molo17.com/v1alpha1" "GluesyncPlatform" $root.Release.Namespace "gluesync") | default dict -}}
+{{- end -}}
+{{- $version := $p.version -}}
+{{- $modules := $p.modules | default dict -}}
+{{- if eq .policy "ui" -}}
+{{- $version = dig "spec" "version" $version $live -}}
+{{- $modules = dig "spec" "modules" $modules $live -}}
+{{- end -}}
+{{- $requestID := dig "spec" "requestID" $p.requestID $live -}}
+{{- if not $version -}}
+{{- fail "platform.version (the kit: gluesyncCoreHub.tag) is required: the Core Hub version of the first install, for example 2.3.2.2" -}}
+{{- end -}}
+apiVersion: gluesync.molo17.com/v1alpha1
+kind: GluesyncPlatform
+metadata:
+  name: gluesync
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    app.kubernetes.io/instance: {{ $root.Release.Name }}
+    app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+  annotations:
+    # The record of the install outlives the release: delete it with kubectl when the install goes.
+    helm.sh/resource-policy: keep
+    # Argo CD: after GKO's Deployment (wave 0), and with its definition in the same sync.
+    argocd.argoproj.io/sync-wave: "1"
+    argocd.argoproj.io/sync-options: SkipDryRunOnMissingResource=true
+spec:
+  version: {{ $version | quote }}
+  {{- with $modules }}
+  modules:
+    {{- range $name, $v := . }}
+    {{ $name }}: {{ $v | quote }}
+    {{- end }}
+  {{- end }}
+  {{- with $requestID }}
+  requestID: {{ . | quote }}
+  {{- end }}
+  updatePolicy: {{ .policy }}
+  releaseChannel: {{ $p.releaseChannel }}
+  checkIntervalMinutes: {{ $p.checkIntervalMinutes }}
+  {{- with $p.imageRegistry }}
+  imageRegistry: {{ . | quote }}
+  {{- end }}
+  catalog:
+    offline: {{ $p.catalog.offline }}
+    {{- with $p.catalog.url }}
+    url: {{ . | quote }}
+    {{- end }}
+  coreHub:
+    {{- with $p.coreHub.url }}
+    url: {{ . | quote }}
+    {{- end }}
+    {{- with $p.coreHub.credentialsSecret }}
+    credentialsSecret: {{ . | quote }}
+    {{- end }}
+    {{- with $p.coreHub.caSecret }}
+    caSecret: {{ . | quote }}
+    {{- end }}
+    insecureSkipVerify: {{ $p.coreHub.insecureSkipVerify }}
+  drainTimeoutSeconds: {{ $p.drainTimeoutSeconds }}
+  stabilityWindowSeconds: {{ $p.stabilityWindowSeconds }}
+  stabilityTimeoutSeconds: {{ $p.stabilityTimeoutSeconds }}
+  selfUpdate:
+    enabled: {{ .selfUpdate }}
+{{- end -}}

@@ -1,0 +1,594 @@
+//! The charts, installed as platform teams install them: the real helm and kubectl on the local control
+//! plane. The kit (`charts/gluesync-kit`, release `gluesync`) brings the sample workloads, the
+//! GluesyncPlatform and GKO (`charts/gluesync-operator`). The control plane runs no containers, so GKO's
+//! pod is simulated; the GKO these tests run is the binary, started the way the chart's Deployment starts
+//! it: with the chart's ServiceAccount token and nothing else, the Deployment's environment, and the
+//! Conductor API's certificate from the chart's Secret.
+
+mod common;
+
+use std::{path::PathBuf, sync::OnceLock, time::Duration};
+
+use anyhow::{Context, bail};
+use common::*;
+use gko_test_support::TestNamespace;
+use gluesync_operator::api::{Phase, UpdateResult};
+use serde_json::{Value, json};
+
+/// GKO's objects in the kit installed as release `gluesync`.
+const GKO: &str = "gluesync-gluesync-operator";
+const CORE_HUB: &str = "gluesync-gluesync-core-hub";
+
+fn charts() -> PathBuf {
+    gko_test_support::repo_root().join("charts")
+}
+
+/// Runs helm; fails with its output when helm does.
+fn helm(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> {
+    let out = ns
+        .cp
+        .command("helm")
+        .arg("--namespace")
+        .arg(&ns.name)
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "helm {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The kit's dependency on the GKO chart, packaged once per test run (`helm dependency build`).
+fn kit() -> anyhow::Result<String> {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cp = gko_test_support::control_plane();
+            let out = cp
+                .command("helm")
+                .args(["dependency", "build"])
+                .arg(charts().join("gluesync-kit"))
+                .output()
+                .map_err(|e| e.to_string())?;
+            out.status
+                .success()
+                .then_some(())
+                .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!("helm dependency build: {e}"))?;
+    Ok(charts().join("gluesync-kit").display().to_string())
+}
+
+/// The values every test installs with: Core Hub and the catalog at the simulator, a short stability
+/// window, and GKO's pod ready at once.
+fn sets(sim: &gluesync_simulator::Simulator) -> Vec<String> {
+    vec![
+        format!("operator.platform.coreHub.url={}", sim.url),
+        format!("operator.platform.catalog.url={}", sim.url),
+        "operator.platform.stabilityWindowSeconds=1".into(),
+        "operator.platform.stabilityTimeoutSeconds=60".into(),
+        "operator.minReadySeconds=0".into(),
+    ]
+}
+
+/// `helm install` (or `upgrade`, ...) of the kit with `sets` and `extra`.
+fn helm_kit(
+    ns: &TestNamespace,
+    verb: &[&str],
+    sim: &gluesync_simulator::Simulator,
+    extra: &[&str],
+) -> anyhow::Result<String> {
+    let chart = kit()?;
+    let mut args: Vec<String> = verb.iter().map(|s| s.to_string()).collect();
+    args.push("gluesync".into());
+    args.push(chart);
+    for s in sets(sim)
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+    {
+        args.push("--set".into());
+        args.push(s.into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    helm(ns, &args)
+}
+
+/// A namespace with the Core Hub credentials, and the kit installed in it.
+async fn install_kit(
+    hint: &str,
+    extra: &[&str],
+) -> anyhow::Result<(TestNamespace, gluesync_simulator::Simulator)> {
+    let ns = namespace(hint).await?;
+    let sim = simulator().await?;
+    ns.apply(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: corehub-credentials\nstringData:\n  username: admin\n  password: admin\n",
+    )?;
+    helm_kit(&ns, &["install"], &sim, extra)?;
+    Ok((ns, sim))
+}
+
+/// GKO as the chart's Deployment runs it: the ServiceAccount's token alone, the container's environment,
+/// the Conductor API's certificate from the chart's Secret. Answers GKO and the Conductor API's base URL
+/// (the Service's name, resolved to the loopback listener).
+struct ChartGko {
+    gko: Gko,
+    base: String,
+    http: reqwest::Client,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `extra`: environment added to the Deployment's (a fault point).
+fn start_chart_gko(ns: &TestNamespace, extra: &[(&str, &str)]) -> anyhow::Result<ChartGko> {
+    let dir = std::env::temp_dir().join(format!("gko-helm-{}", ns.name));
+    std::fs::create_dir_all(&dir)?;
+    let dir = TempDir(dir);
+    // The kubeconfig of the control plane, with the ServiceAccount's token as the only credential.
+    let token = ns.kubectl(&["create", "token", GKO, "--duration=2h"])?;
+    let mut kubeconfig: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&ns.cp.kubeconfig)?)?;
+    let users = kubeconfig
+        .get_mut("users")
+        .and_then(|u| u.as_sequence_mut())
+        .context("the kubeconfig has users")?;
+    for user in users {
+        user["user"] = serde_yaml::to_value(json!({"token": token.trim()}))?;
+    }
+    let kubeconfig_path = dir.0.join("kubeconfig");
+    std::fs::write(&kubeconfig_path, serde_yaml::to_string(&kubeconfig)?)?;
+
+    // The container's environment, as the kubelet would give it.
+    let deployment: Value =
+        serde_json::from_str(&ns.kubectl(&["get", "deploy", GKO, "-o", "json"])?)?;
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let mut env = vec![];
+    for e in container["env"].as_array().context("env")? {
+        let name = e["name"].as_str().context("env name")?.to_string();
+        let value = match (
+            &e["value"],
+            e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        ) {
+            (Value::String(v), _) => v.clone(),
+            (_, Some("metadata.namespace")) => ns.name.clone(),
+            (_, Some("metadata.name")) => format!("{GKO}-0"),
+            other => bail!("env {name}: {other:?}"),
+        };
+        env.push((name, value));
+    }
+    // The mounted certificate: the Secret's files, where the Deployment says they are.
+    let mount = container["volumeMounts"][0]["mountPath"]
+        .as_str()
+        .context("the TLS Secret is mounted")?;
+    let secret: Value = serde_json::from_str(&ns.kubectl(&[
+        "get",
+        "secret",
+        &format!("{GKO}-conductor-tls"),
+        "-o",
+        "json",
+    ])?)?;
+    let decode = |key: &str| -> anyhow::Result<Vec<u8>> {
+        let b64 = secret["data"][key].as_str().context("TLS data")?;
+        let out = std::process::Command::new("base64")
+            .arg("-d")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().expect("piped").write_all(b64.as_bytes())?;
+                c.wait_with_output()
+            })?;
+        Ok(out.stdout)
+    };
+    let cert = decode("tls.crt")?;
+    std::fs::write(dir.0.join("tls.crt"), &cert)?;
+    std::fs::write(dir.0.join("tls.key"), decode("tls.key")?)?;
+    for (k, v) in env.iter_mut() {
+        if let Some(file) = v.strip_prefix(&format!("{mount}/")) {
+            assert!(k.starts_with("GKO_CONDUCTOR_TLS_"), "{k}");
+            *v = dir.0.join(file).display().to_string();
+        }
+    }
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let gko = Gko::spawn(
+        ns,
+        GkoOptions {
+            instance: Some(format!("{GKO}-0")),
+            kubeconfig: Some(kubeconfig_path),
+            env,
+            conductor_addr: Some(format!("127.0.0.1:{port}")),
+        },
+    )?;
+    // The Service's name, verified against the chart's certificate.
+    let host = format!("{GKO}.{}.svc", ns.name);
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&cert)?)
+        .resolve(&host, ([127, 0, 0, 1], port).into())
+        .build()?;
+    Ok(ChartGko {
+        gko,
+        base: format!("https://{host}:{port}/conductor/api"),
+        http,
+        _dir: dir,
+    })
+}
+
+fn generation(ns: &TestNamespace) -> anyhow::Result<i64> {
+    Ok(ns
+        .kubectl(&[
+            "get",
+            "gsp",
+            "gluesync",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])?
+        .parse()?)
+}
+
+fn spec_version(ns: &TestNamespace) -> anyhow::Result<String> {
+    ns.kubectl(&["get", "gsp", "gluesync", "-o", "jsonpath={.spec.version}"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_lint_and_render_what_the_api_server_accepts() -> anyhow::Result<()> {
+    let ns = namespace("helm-render").await?;
+    let sim = simulator().await?;
+    let kit = kit()?;
+    let operator = charts().join("gluesync-operator").display().to_string();
+    helm(&ns, &["lint", "--strict", &kit])?;
+    helm(
+        &ns,
+        &[
+            "lint",
+            "--strict",
+            &operator,
+            "--set",
+            "platform.version=2.3.2.1",
+        ],
+    )?;
+    // Server-side dry run of everything both charts render, for both policies.
+    for (chart, extra) in [
+        (&kit, "operator.updatePolicy=gitops"),
+        (&operator, "platform.version=2.3.2.1"),
+    ] {
+        let mut args = vec!["template", "gluesync", chart.as_str(), "--set", extra];
+        let s = sets(&sim);
+        if chart == &kit {
+            for v in &s {
+                args.extend(["--set", v.as_str()]);
+            }
+        }
+        let rendered = helm(&ns, &args)?;
+        assert!(rendered.contains("kind: GluesyncPlatform"), "{rendered}");
+        let (ok, out) = ns.kubectl_status(
+            &["apply", "--dry-run=server", "--server-side", "-f", "-"],
+            Some(&rendered),
+        )?;
+        assert!(ok, "the API server refuses what {chart} renders: {out}");
+    }
+    // Wrong values are refused with a message that says what is wrong.
+    let refused = helm(
+        &ns,
+        &[
+            "template",
+            "gluesync",
+            &operator,
+            "--set",
+            "platform.version=2.3.x",
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("/platform/version"), "{refused}");
+    let refused = helm(
+        &ns,
+        &[
+            "template",
+            "gluesync",
+            &operator,
+            "--set",
+            "platform.version=2.3.2.1",
+            "--set",
+            "platform.updatePolicy=git",
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("'ui', 'gitops'"), "{refused}");
+    let refused = helm(&ns, &["template", "gluesync", &operator])
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("platform.version"), "{refused}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kit_installs_and_helm_upgrade_keeps_what_the_ui_updated() -> anyhow::Result<()> {
+    let (ns, sim) = install_kit("helm-ui", &[]).await?;
+    // The catalog knows nothing newer than what is installed: the install is Current.
+    sim.set_catalog(
+        "gluesync-core-hub",
+        gluesync_simulator::CatalogEntry::all("2.3.2.1"),
+    );
+    sim.set_catalog(
+        "gluesync-chronos",
+        gluesync_simulator::CatalogEntry::all("0.3.2"),
+    );
+    let gko = start_chart_gko(&ns, &[])?;
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status.as_ref().and_then(|s| s.phase) == Some(Phase::Current)
+    })
+    .await?;
+    let table = ns.kubectl(&["get", "gsp"])?;
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("Current") && l.contains("2.3.2.1")),
+        "{table}"
+    );
+
+    // A newer Core Hub appears, and a manager updates from the UI through the chart's Service and TLS.
+    sim.set_catalog(
+        "gluesync-core-hub",
+        gluesync_simulator::CatalogEntry::all("2.3.2.2"),
+    );
+    sim.set_catalog(
+        "gluesync-chronos",
+        gluesync_simulator::CatalogEntry::all("0.3.3"),
+    );
+    ns.kubectl(&[
+        "annotate",
+        "gsp",
+        "gluesync",
+        "--overwrite",
+        "gluesync.molo17.com/check-now=1",
+    ])?;
+    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status.as_ref().and_then(|s| s.phase) == Some(Phase::UpdateAvailable)
+    })
+    .await?;
+    let asked = generation(&ns)? + 1;
+    let resp = gko
+        .http
+        .post(format!("{}/containers", gko.base))
+        .bearer_auth(sim.token_for("manager"))
+        .json(&json!({"action": "update", "ids": []}))
+        .send()
+        .await?;
+    let status = resp.status().as_u16();
+    let answer: Value = resp.json().await?;
+    assert_eq!(status, 200, "{answer}");
+    let g = wait_finished(&ns, asked).await?;
+    let attempt = g
+        .status
+        .unwrap_or_default()
+        .last_attempt
+        .context("an attempt")?;
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(
+        image_of(&ns, "statefulset", CORE_HUB).await?,
+        "molo17/gluesync-core-hub:2.3.2.2"
+    );
+    let chronos_before = image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?;
+    assert_eq!(chronos_before, "molo17/gluesync-chronos:0.3.3");
+    let settled = generation(&ns)?;
+
+    // helm upgrade with the values unchanged (the kit still says 2.3.2.1) keeps what the UI did.
+    helm_kit(&ns, &["upgrade", "--reuse-values"], &sim, &[])?;
+    assert_eq!(spec_version(&ns)?, "2.3.2.2");
+    assert_eq!(
+        image_of(&ns, "statefulset", CORE_HUB).await?,
+        "molo17/gluesync-core-hub:2.3.2.2"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        chronos_before
+    );
+    assert_eq!(
+        generation(&ns)?,
+        settled,
+        "the upgrade changed nothing of the spec"
+    );
+    let manifest = helm(&ns, &["get", "manifest", "gluesync"])?;
+    assert!(
+        manifest.contains("version: \"2.3.2.2\""),
+        "the release renders the live version"
+    );
+    drop(gko);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gitops_a_helm_upgrade_runs_the_update_through_gko() -> anyhow::Result<()> {
+    let (ns, sim) = install_kit("helm-gitops", &["operator.updatePolicy=gitops"]).await?;
+    let _gko = start_chart_gko(&ns, &[])?;
+    wait_settled(&ns).await?;
+    let before: u32 = sim.calls().enter.values().sum();
+
+    // The commit: a new Core Hub version in the kit's values.
+    helm_kit(
+        &ns,
+        &["upgrade", "--reuse-values"],
+        &sim,
+        &["gluesyncCoreHub.tag=2.3.2.2"],
+    )?;
+    assert_eq!(spec_version(&ns)?, "2.3.2.2", "under gitops the values win");
+    // Helm did not roll Core Hub itself: its image is still the old one right after the upgrade.
+    let rendered = helm(&ns, &["get", "manifest", "gluesync"])?;
+    assert!(
+        rendered.contains("molo17/gluesync-core-hub:2.3.2.1"),
+        "the release keeps the running image"
+    );
+    let g = wait_finished(&ns, generation(&ns)?).await?;
+    let attempt = g
+        .status
+        .unwrap_or_default()
+        .last_attempt
+        .context("an attempt")?;
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(
+        image_of(&ns, "statefulset", CORE_HUB).await?,
+        "molo17/gluesync-core-hub:2.3.2.2"
+    );
+    // GKO ran it: maintenance mode, the Core Hub patch, the stability check.
+    let reasons = event_reasons_through(&ns, "UpdateSucceeded").await?;
+    for r in [
+        "PipelinesPaused",
+        "CoreHubPatched",
+        "CoreHubUpdated",
+        "PipelinesResumed",
+    ] {
+        assert!(reasons.iter().any(|x| x == r), "{r} in {reasons:?}");
+    }
+    let after: u32 = sim.calls().enter.values().sum();
+    assert!(
+        after >= before + 20,
+        "the 20 running pipelines were put into maintenance mode"
+    );
+    assert!(
+        sim.in_maintenance()
+            .iter()
+            .all(|id| id.starts_with("kept-in-maintenance"))
+    );
+    let managers = ns.kubectl(&[
+        "get",
+        "statefulset",
+        CORE_HUB,
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={range .metadata.managedFields[*]}{.manager}{\"\\n\"}{end}",
+    ])?;
+    assert!(
+        managers.lines().any(|m| m == "gluesync-operator"),
+        "{managers}"
+    );
+
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Result<()> {
+    let (ns, _sim) = install_kit("helm-rbac", &[]).await?;
+    let who = format!("system:serviceaccount:{}:{GKO}", ns.name);
+    let inside = ns.kubectl(&["auth", "can-i", "--list", "--as", &who])?;
+    let rules: Vec<String> = inside
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let expected = [
+        "configmaps [] [] [get list watch create patch delete]",
+        "deployments.apps [] [] [get list watch patch]",
+        "events.events.k8s.io [] [] [create patch]",
+        "gluesyncplatforms.gluesync.molo17.com/status [] [] [get patch update]",
+        "gluesyncplatforms.gluesync.molo17.com [] [] [get list watch patch]",
+        "leases.coordination.k8s.io [] [] [get create update]",
+        "pods [] [] [get list watch delete]",
+        "secrets [] [corehub-credentials] [get]",
+        "statefulsets.apps [] [] [get list watch patch]",
+    ];
+    for e in expected {
+        assert!(rules.iter().any(|r| r == e), "{e} in:\n{inside}");
+    }
+    // Everything else it may do is what every authenticated user may do (self reviews, discovery).
+    for r in &rules {
+        let granted_to_all =
+            r.starts_with("selfsubject") || r.starts_with("[/") || r.starts_with("[]");
+        assert!(
+            granted_to_all || expected.contains(&r.as_str()),
+            "unexpected: {r}"
+        );
+    }
+    // In another namespace, nothing but what every authenticated user may do.
+    let elsewhere = ns
+        .cp
+        .command("kubectl")
+        .args(["auth", "can-i", "--list", "--as", &who, "-n", "default"])
+        .output()?;
+    let elsewhere = String::from_utf8_lossy(&elsewhere.stdout).into_owned();
+    for l in elsewhere.lines().skip(1) {
+        assert!(
+            l.starts_with("selfsubject") || l.trim_start().starts_with('['),
+            "outside its namespace: {l}"
+        );
+    }
+    let (can, _) = ns.kubectl_status(&["auth", "can-i", "get", "secrets", "--as", &who], None)?;
+    assert!(!can, "no Secret but those it uses");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_keeps_the_record_and_a_reinstall_resumes_what_was_paused() -> anyhow::Result<()>
+{
+    let (ns, sim) = install_kit("helm-uninstall", &[]).await?;
+    let gko = start_chart_gko(&ns, &[])?;
+    wait_settled(&ns).await?;
+    drop(gko);
+    // An update that stops with the pipelines in maintenance mode: GKO stops right after the status write
+    // that enters the CoreHub step (the fault point), before Core Hub is touched.
+    let mut env_gko = start_chart_gko(&ns, &[("GKO_PAUSE_AFTER_STATUS_WRITE", "CoreHub")])?;
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let asked = generation(&ns)?;
+    env_gko
+        .gko
+        .wait_for_line("fault point hit", Duration::from_secs(60))
+        .await?;
+    env_gko.gko.kill()?;
+    let paused = platforms(&ns)
+        .get("gluesync")
+        .await?
+        .status
+        .unwrap_or_default()
+        .paused_pipelines;
+    assert!(!paused.is_empty(), "the fault landed with pipelines paused");
+    assert!(
+        !sim.in_maintenance()
+            .iter()
+            .all(|id| id.starts_with("kept-in-maintenance"))
+    );
+
+    helm(&ns, &["uninstall", "gluesync", "--wait"])?;
+    // The definition and the record of the install stay; GKO's own objects are gone.
+    ns.kubectl(&["get", "crd", "gluesyncplatforms.gluesync.molo17.com"])?;
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(g.status.unwrap_or_default().paused_pipelines, paused);
+    let (gone, _) = ns.kubectl_status(&["get", "deploy", GKO], None)?;
+    assert!(!gone, "GKO's Deployment went with the release");
+
+    // Reinstalled, GKO finds the install as it was and resumes what it had paused.
+    helm_kit(&ns, &["install"], &sim, &[])?;
+    assert_eq!(spec_version(&ns)?, "2.3.2.2", "the live version is kept");
+    let gko = start_chart_gko(&ns, &[])?;
+    let g = wait_finished(&ns, asked).await?;
+    let status = g.status.unwrap_or_default();
+    assert!(
+        status.paused_pipelines.is_empty(),
+        "{:?}",
+        status.paused_pipelines
+    );
+    assert!(
+        sim.in_maintenance()
+            .iter()
+            .all(|id| id.starts_with("kept-in-maintenance"))
+    );
+    drop(gko);
+    Ok(())
+}
