@@ -53,8 +53,12 @@ pub fn operator_chart_value(field: &str) -> String {
 
 /// The Helm value of the Gluesync kit that sets a spec field (`spec.coreHub.url` →
 /// `operator.platform.coreHub.url`, `spec.version` → `gluesyncCoreHub.tag`).
-pub fn kit_value(field: &str) -> String {
-    helm_value(field, "operator.platform.", KIT_EXCEPTIONS)
+pub fn kit_value(field: &str) -> Option<String> {
+    // The kit pins no module (the product docs: to pin from Git, install GKO with its own chart).
+    if field == "spec.modules" || field.starts_with("spec.modules.") {
+        return None;
+    }
+    Some(helm_value(field, "operator.platform.", KIT_EXCEPTIONS))
 }
 
 fn helm_value(field: &str, prefix: &str, exceptions: &[(&str, &str)]) -> String {
@@ -336,11 +340,14 @@ fn write_spec(out: &mut String, spec: &JSONSchemaProps, rules: &[Rule]) {
             .find(|(path, _)| *path == field.path)
             .map(|(_, note)| format!("; {note}"))
             .unwrap_or_default();
+        let kit = kit_value(&field.path).map_or_else(
+            || "not set by the Gluesync kit, which pins no module".to_string(),
+            |v| format!("`{v}` (Gluesync kit)"),
+        );
         let _ = writeln!(
             out,
-            "- Helm: `{}` (gluesync-operator chart), `{}` (Gluesync kit){note}",
+            "- Helm: `{}` (gluesync-operator chart), {kit}{note}",
             operator_chart_value(&field.path),
-            kit_value(&field.path),
         );
     }
 }
@@ -560,7 +567,9 @@ mod tests {
         let kit = values(KIT_VALUES);
         let operator = values(OPERATOR_VALUES);
         for field in spec_fields() {
-            let name = kit_value(&field);
+            let Some(name) = kit_value(&field) else {
+                continue;
+            };
             let found = match name.strip_prefix("operator.") {
                 Some(rest) if rest.starts_with("platform.") => lookup(&operator, rest).is_some(),
                 _ => lookup(&kit, &name).is_some(),
@@ -580,20 +589,27 @@ mod tests {
             operator_chart_value("spec.selfUpdate.enabled"),
             "selfUpdate.enabled"
         );
-        assert_eq!(kit_value("spec.version"), "gluesyncCoreHub.tag");
-        assert_eq!(kit_value("spec.updatePolicy"), "operator.updatePolicy");
         assert_eq!(
-            kit_value("spec.selfUpdate.enabled"),
-            "operator.selfUpdate.enabled"
+            kit_value("spec.version").as_deref(),
+            Some("gluesyncCoreHub.tag")
         );
         assert_eq!(
-            kit_value("spec.coreHub.url"),
-            "operator.platform.coreHub.url"
+            kit_value("spec.updatePolicy").as_deref(),
+            Some("operator.updatePolicy")
+        );
+        assert_eq!(
+            kit_value("spec.selfUpdate.enabled").as_deref(),
+            Some("operator.selfUpdate.enabled")
+        );
+        assert_eq!(
+            kit_value("spec.coreHub.url").as_deref(),
+            Some("operator.platform.coreHub.url")
         );
         // A field whose name merely starts like an exception follows the rule.
         assert_eq!(
             helm_value("spec.versionX", "platform.", KIT_EXCEPTIONS),
             "platform.versionX"
         );
+        assert_eq!(kit_value("spec.modules"), None);
     }
 }

@@ -297,7 +297,8 @@ impl Writer {
         }
     }
 
-    /// Records an event on the GluesyncPlatform.
+    /// Records an event on the GluesyncPlatform. Events with the same reason and message form one series
+    /// (a count that grows); a new message starts a new event (see [`series_action`]).
     pub async fn event(
         &self,
         gsp: &GluesyncPlatform,
@@ -313,12 +314,46 @@ impl Writer {
                 &Event {
                     type_,
                     reason: reason.into(),
+                    action: series_action(reason, &note),
                     note: Some(note),
-                    action: reason.into(),
                     secondary: None,
                 },
                 &reference,
             )
             .await
+    }
+}
+
+/// The `action` of an event: the recorder makes one series of events that share their action (with the
+/// reason and the object) and keeps the first one's message, so the action carries the message. Without
+/// it, the second update's `UpdateStarted` would show the first one's message with a count of 2.
+fn series_action(reason: &str, note: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    // A stable hash (not RandomState): the same message maps to the same series across restarts.
+    let mut h = std::hash::DefaultHasher::new();
+    note.hash(&mut h);
+    // The API server allows 128 characters.
+    format!("{reason}/{:016x}", h.finish())
+        .chars()
+        .take(128)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::series_action;
+
+    #[test]
+    fn a_new_message_is_a_new_series() {
+        let a = series_action("UpdateStarted", "update to 2.3.2.2 asked by alice");
+        assert_eq!(
+            a,
+            series_action("UpdateStarted", "update to 2.3.2.2 asked by alice")
+        );
+        assert_ne!(
+            a,
+            series_action("UpdateStarted", "update to 2.3.2.3 asked by bob")
+        );
+        assert!(series_action(&"R".repeat(200), "x").len() <= 128);
     }
 }

@@ -7,6 +7,10 @@
 //! GKO's own code (`status::idle`, `update::decide`), so the fixtures carry the conditions, reasons and
 //! messages GKO writes. Each fixture's verdict must also agree with `kubectl wait --for=condition=Ready`.
 
+#[path = "common/argocd.rs"]
+mod argocd;
+
+use argocd::{HEALTH_LUA, argocd_health, base_lua};
 use gluesync_operator::{
     access::Access,
     api::{
@@ -19,10 +23,8 @@ use gluesync_operator::{
     update::{self, Observed},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use mlua::{Lua, LuaOptions, StdLib, Table};
 use serde_json::{Value, json};
 
-const HEALTH_LUA: &str = include_str!("../../../deploy/argocd/health.lua");
 const ARGOCD_CM: &str = include_str!("../../../deploy/argocd/argocd-cm.yaml");
 const ARGOCD_DOC: &str = include_str!("../../../docs/argocd.md");
 const HEALTH_KEY: &str = "resource.customizations.health.gluesync.molo17.com_GluesyncPlatform";
@@ -32,65 +34,6 @@ const CHRONOS: &str = "gluesync-gluesync-chronos";
 
 // ---------------------------------------------------------------------------------------------------
 // Argo CD's side: the Lua VM, and `kubectl wait`'s rule.
-
-/// A Lua state with the base library only (in Lua 5.1 that includes `coroutine`): no `string`, `table`,
-/// `math`, `os`, `io`, `debug` or `package`.
-fn base_lua() -> Lua {
-    Lua::new_with(StdLib::NONE, LuaOptions::default()).expect("a Lua state with the base library")
-}
-
-/// JSON to Lua as Argo CD's `decodeValue` does it: objects and arrays become tables (arrays 1-based),
-/// numbers become Lua numbers, `null` becomes nil (so the key is absent).
-fn to_lua(lua: &Lua, value: &Value) -> mlua::Result<mlua::Value> {
-    Ok(match value {
-        Value::Null => mlua::Value::Nil,
-        Value::Bool(b) => mlua::Value::Boolean(*b),
-        Value::Number(n) => mlua::Value::Number(n.as_f64().unwrap_or_default()),
-        Value::String(s) => mlua::Value::String(lua.create_string(s)?),
-        Value::Array(items) => {
-            let t = lua.create_table()?;
-            for item in items {
-                t.raw_push(to_lua(lua, item)?)?;
-            }
-            mlua::Value::Table(t)
-        }
-        Value::Object(map) => {
-            let t = lua.create_table()?;
-            for (k, v) in map {
-                t.raw_set(k.as_str(), to_lua(lua, v)?)?;
-            }
-            mlua::Value::Table(t)
-        }
-    })
-}
-
-/// The health Argo CD would show for `obj`: (status, message).
-fn argocd_health(obj: &Value) -> (String, String) {
-    let lua = base_lua();
-    lua.globals()
-        .set("obj", to_lua(&lua, obj).expect("obj converts"))
-        .expect("obj is set");
-    let hs: Table = lua
-        .load(HEALTH_LUA)
-        .set_name("health.lua")
-        .eval()
-        .unwrap_or_else(|e| panic!("health.lua raised an error on {obj}: {e}"));
-    let status: String = hs.get("status").expect("the health has a status");
-    let message: String = hs.get("message").expect("the health has a message");
-    assert!(
-        [
-            "Healthy",
-            "Progressing",
-            "Degraded",
-            "Suspended",
-            "Missing",
-            "Unknown"
-        ]
-        .contains(&status.as_str()),
-        "{status:?} is no health status Argo CD accepts"
-    );
-    (status, message)
-}
 
 /// `kubectl wait --for=condition=Ready`: the first condition whose type is Ready (case-insensitive) and
 /// that has a status decides; it is not met while its `observedGeneration` (else the status's) is below

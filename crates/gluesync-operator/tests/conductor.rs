@@ -752,6 +752,29 @@ async fn a_beta_update_all_runs_the_beta_versions() -> anyhow::Result<()> {
     assert_eq!(body["data"]["releaseChannel"], "ga", "{body}");
     assert_eq!(body["data"]["servicesToUpdate"], json!([]), "{body}");
     assert_eq!(body["data"]["mandatoryUpdate"], false, "{body}");
+
+    // Update all on GA while the beta runs: GA's versions are older, and nothing is taken back.
+    let (code, body) = ui
+        .post(
+            "/conductor/api/containers",
+            Some(&manager),
+            json!({"action": "update", "ids": [], "releaseChannel": "ga"}).to_string(),
+        )
+        .await?;
+    assert!(code == 200 || code == 409, "{code} {body}");
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(
+        g.spec.version, "2.3.3.0",
+        "Core Hub is not taken back to GA's 2.3.2.2"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
+        "molo17/gluesync-core-hub:2.3.3.0"
+    );
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.4"
+    );
     Ok(())
 }
 

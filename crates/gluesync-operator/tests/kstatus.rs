@@ -5,8 +5,12 @@
 //! back (Failed). Each moment is first shown to be the moment it claims (the generations, the step, the
 //! last attempt), and at each `kubectl wait --for=condition=Ready` agrees: Current exactly when Ready is
 //! True for the current generation. Every version of the resource a watch sees through the update is
-//! read too, each against the status contract and what GKO says it is doing.
+//! read too, each against the status contract and what GKO says it is doing, and by Argo CD's health
+//! check (deploy/argocd/health.lua), which must say Healthy, Progressing and Degraded where kstatus says
+//! Current, InProgress and Failed.
 
+#[path = "common/argocd.rs"]
+mod argocd;
 mod common;
 
 use std::{
@@ -293,6 +297,18 @@ fn check_trace(exe: &Path, versions: &[Value]) -> anyhow::Result<Vec<String>> {
             ready_met(&g),
             "{at}: kstatus says {reading:?}"
         );
+        // Argo CD's health check reads the same version the same way.
+        let (health, message) = argocd::argocd_health(v);
+        let expected = match reading.status.as_str() {
+            "Current" => "Healthy",
+            "InProgress" => "Progressing",
+            "Failed" => "Degraded",
+            other => bail!("{at}: kstatus {other}"),
+        };
+        assert_eq!(
+            health, expected,
+            "{at}: Argo CD {health} ({message}), kstatus {reading:?}"
+        );
         let label = format!("{} {}", reading.status, step);
         if seen.last() != Some(&label) {
             println!("  {at}: kstatus {} ({:?})", reading.status, reading.message);
@@ -308,6 +324,16 @@ async fn kstatus_reads_an_update_in_progress_then_current() -> anyhow::Result<()
     let exe = kstatus_exe(&ns)?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({"drainTimeoutSeconds": 600}))?;
+
+    // Applied, and no GKO has reported on it yet: in progress, not current (the CRD defaults
+    // status.observedGeneration to 0), for kstatus and Argo CD alike.
+    let (reading, g) = read_moment(&ns, &exe, "applied, no report yet", |g| {
+        generations(g) == (1, Some(0)) && g.status.as_ref().is_some_and(|s| s.conditions.is_empty())
+    })?;
+    assert_eq!(reading.status, "InProgress", "{reading:?}");
+    let (health, _) = argocd::argocd_health(&serde_json::to_value(&g)?);
+    assert_eq!(health, "Progressing");
+
     let mut gko = Gko::spawn(&ns, GkoOptions::default())?;
 
     // Installed, and GKO reports it ready: Current.

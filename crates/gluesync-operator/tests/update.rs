@@ -489,6 +489,26 @@ async fn a_new_request_id_retries_and_history_keeps_ten() -> anyhow::Result<()> 
             .iter()
             .all(|h| h.result == UpdateResult::Succeeded)
     );
+    // Each update's events say what that update did, not what the first one with the same reason did.
+    use k8s_openapi::api::events::v1::Event;
+    let notes: Vec<String> = kube::Api::<Event>::namespaced(ns.client.clone(), &ns.name)
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("CoreHubPatched"))
+        .filter_map(|e| e.note)
+        .collect();
+    for image in [
+        "gluesync-core-hub:2.3.2.2-crash",
+        "gluesync-core-hub:2.3.2.2 ",
+        "gluesync-core-hub:2.3.2.1 ",
+    ] {
+        assert!(
+            notes.iter().any(|n| format!("{n} ").contains(image)),
+            "an event names {image}: {notes:?}"
+        );
+    }
     Ok(())
 }
 

@@ -651,8 +651,16 @@ async fn accept_update(
             }
         }
     };
-    let latest_of =
-        |w: &crate::cluster::Workload| latest.get(ImageRef::parse(&w.image).name()).cloned();
+    // The latest version of a workload's image, when it is newer than the one that runs: the UI's update
+    // never takes a component back (a beta that runs stays when GA is asked for).
+    let latest_of = |w: &crate::cluster::Workload| {
+        let candidate = latest.get(ImageRef::parse(&w.image).name())?;
+        let running = crate::version::image_version(&w.image).ok()?;
+        let newer = candidate
+            .parse::<crate::version::Version>()
+            .is_ok_and(|c| c > running);
+        newer.then(|| candidate.clone())
+    };
     let core_hub = workloads
         .iter()
         .find(|w| w.component_type == Some(ComponentType::CoreHub));
@@ -1036,7 +1044,7 @@ pub fn openapi_document() -> Value {
             "/openapi.json": {"get": {"security": [], "responses": {"200": {"description": "this document"}}}},
             "/containers": {
                 "get": {"parameters": [{"name": "type", "in": "query", "schema": {"type": "string", "enum": ["agent", "module", "core-hub", "third-party", "unknown", "all"]}}],
-                        "responses": {"200": ok("the managed workloads as containers"), "401": err("not authenticated"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds")}},
+                        "responses": {"200": ok("the managed workloads as containers"), "401": err("not authenticated"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds"), "503": err("GKO is starting, updating itself, or has no GluesyncPlatform")}},
                 "post": {"requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ContainersRequest"}}}},
                          "responses": {"200": ok("the update ended; OK or ERROR per component"),
                                        "202": ok("the update still runs after 15 minutes: its step and message so far"),
@@ -1045,13 +1053,13 @@ pub fn openapi_document() -> Value {
                                        "404": err("an unknown id"), "408": err("the body came too slowly"),
                                        "409": err("refused: an action Helm owns, an update already running, updates managed in Git, or GKO's own Deployment"),
                                        "413": err("the body is too large"), "429": err("too many new callers to check with Core Hub, from this client or in all; retry after Retry-After seconds"),
-                                       "502": err("the version catalog did not answer")}}
+                                       "502": err("the version catalog did not answer"), "503": err("GKO is starting, updating itself, or cannot write the request")}}
             },
             "/services": {"post": {"responses": {"409": err("Helm owns the workloads")}}, "put": {"responses": {"409": err("Helm owns the workloads")}}},
             "/services/{id}/version/{channel}": {"get": {"parameters": [
                 {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
                 {"name": "channel", "in": "path", "required": true, "schema": {"type": "string", "enum": ["ga", "beta", "alpha"]}}],
-                "responses": {"200": ok("currentVersion, latestVersionGA/Beta/Alpha, mandatoryUpdate, servicesToUpdate"), "401": err("not authenticated"), "404": err("an unknown id"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds"), "502": err("the version catalog did not answer")}}}
+                "responses": {"200": ok("currentVersion, latestVersionGA/Beta/Alpha, mandatoryUpdate, servicesToUpdate"), "401": err("not authenticated"), "404": err("an unknown id"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds"), "502": err("the version catalog did not answer"), "503": err("GKO is starting or updating itself")}}}
         }
     })
 }
