@@ -272,6 +272,10 @@ pub struct GluesyncPlatformStatus {
     /// them that shows up in maintenance mode out again until `until`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub late_maintenance: Option<LateMaintenance>,
+    /// GKO's update of its own Deployment while it runs (after the update that scheduled it). Its phase is
+    /// mirrored in the Deployment's `gluesync.molo17.com/self-update` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_update: Option<SelfUpdate>,
     /// Outcome of the last update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_attempt: Option<Attempt>,
@@ -629,6 +633,42 @@ pub enum UpdateResult {
     Degraded,
     Failed,
     Refused,
+}
+
+/// GKO's update of its own Deployment.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SelfUpdate {
+    pub phase: SelfUpdatePhase,
+    /// GKO's Deployment, and the container whose image changes.
+    pub name: String,
+    pub container: String,
+    /// The image GKO ran, and the one it goes to.
+    pub from_image: String,
+    pub to_image: String,
+    /// When the phase began.
+    pub since: Time,
+}
+
+/// The phase of GKO's own update, as the Deployment's annotation shows it.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelfUpdatePhase {
+    /// Decided; GKO's image is not changed yet.
+    Scheduled,
+    /// GKO's image is changed; the old GKO watches the new pod come up.
+    RollingOut,
+    /// The new pod did not come up in time; the old GKO put its image back.
+    RollingBack,
+}
+
+impl SelfUpdatePhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelfUpdatePhase::Scheduled => "Scheduled",
+            SelfUpdatePhase::RollingOut => "RollingOut",
+            SelfUpdatePhase::RollingBack => "RollingBack",
+        }
+    }
 }
 
 /// Result of one component in an update.

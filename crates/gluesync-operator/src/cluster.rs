@@ -49,6 +49,8 @@ pub struct Workload {
     pub rollout_blocker: Option<String>,
     /// Its pods (those it owns, see [`owner_of`]), seen through the managed container.
     pub pods: Vec<PodView>,
+    /// GKO's own Deployment: the phase in its `gluesync.molo17.com/self-update` annotation, if any.
+    pub self_update_mark: Option<String>,
 }
 
 /// A pod of a managed workload, as the stability check reads it.
@@ -226,6 +228,10 @@ impl Workload {
             && status.conditions.unwrap_or_default().iter().any(|c| {
                 c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
             });
+        w.self_update_mark = deploy
+            .annotations()
+            .get(crate::api::SELF_UPDATE_ANNOTATION)
+            .cloned();
         if spec.paused == Some(true) {
             w.rollout_blocker = Some(format!(
                 "Deployment {} is paused (spec.paused: true): it rolls out no new image until it is \
@@ -266,6 +272,7 @@ impl Workload {
             progress_deadline_exceeded: false,
             rollout_blocker: None,
             pods: Vec::new(),
+            self_update_mark: None,
         }
     }
 

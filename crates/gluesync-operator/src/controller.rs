@@ -137,6 +137,13 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                     .then(|| Target::of(&gsp, &workloads, &view.namespace))
                     .flatten(),
                 access_problem: access_problem.clone(),
+                me: view.instance.as_ref().and_then(|pod| {
+                    workloads
+                        .iter()
+                        .flat_map(|w| &w.pods)
+                        .find(|p| &p.name == pod)
+                        .map(|p| p.image.clone())
+                }),
             },
         );
 
@@ -326,6 +333,19 @@ async fn execute(
                 .map_err(
                     |e| warn!(workload = %name, error = %e, "setting the image failed; retrying"),
                 )?;
+        }
+        Action::SelfUpdate {
+            name,
+            container,
+            image,
+            phase,
+        } => {
+            let shown = phase.map_or("none", |p| p.as_str());
+            info!(deployment = %name, %image, phase = shown, "GKO's own Deployment");
+            writer
+                .self_update(ns, &name, &container, &image, phase)
+                .await
+                .map_err(|e| warn!(deployment = %name, error = %e, "writing GKO's own Deployment failed; retrying"))?;
         }
         Action::DeletePod(pod) => {
             info!(%pod, "deleting a pod of the failed revision");

@@ -332,6 +332,7 @@ mod tests {
             ready,
             progress_deadline_exceeded: false,
             rollout_blocker: None,
+            self_update_mark: None,
             pods: vec![],
         }
     }

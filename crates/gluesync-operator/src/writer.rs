@@ -137,6 +137,37 @@ impl Writer {
         }
     }
 
+    /// GKO's own Deployment: the image of `container` and the `gluesync.molo17.com/self-update`
+    /// annotation (removed when `phase` is `None`), in one strategic merge patch.
+    pub async fn self_update(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: &str,
+        image: &str,
+        phase: Option<crate::api::SelfUpdatePhase>,
+    ) -> Result<(), kube::Error> {
+        self.gate()?;
+        let patch = json!({
+            "metadata": { "annotations": {
+                crate::api::SELF_UPDATE_ANNOTATION: phase.map(|p| p.as_str()),
+            } },
+            "spec": { "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } },
+        });
+        self.metrics.workload_writes.inc();
+        Api::<Deployment>::namespaced(self.client.clone(), namespace)
+            .patch(
+                name,
+                &PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .map(|_| ())
+    }
+
     /// Deletes a pod (a stuck pod of a failed StatefulSet revision, so the rollback can proceed).
     pub async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
         self.gate()?;

@@ -95,6 +95,7 @@ fn workload(kind: WorkloadKind, name: &str, label: &str, image: &str) -> Workloa
         ready: true,
         progress_deadline_exceeded: false,
         rollout_blocker: None,
+        self_update_mark: None,
         pods: vec![],
     }
 }
@@ -152,6 +153,7 @@ fn decided(g: &GluesyncPlatform, workloads: &[Workload]) -> GluesyncPlatform {
         catalog: None,
         target: None,
         access_problem: Access::default().problem(g, workloads, "gluesync"),
+        me: None,
     };
     let mut out = g.clone();
     out.status = Some(update::decide(g, &obs).status);

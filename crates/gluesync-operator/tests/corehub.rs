@@ -49,7 +49,8 @@ async fn https_with_the_right_ca_or_skip_verify_and_nothing_else() -> anyhow::Re
         .pipelines()
         .await
         .expect_err("an unknown certificate was accepted");
-    assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+    assert!(matches!(err, Error::Untrusted { .. }), "{err}");
+    assert!(err.to_string().contains("spec.coreHub.caSecret"), "{err}");
     Ok(())
 }
 

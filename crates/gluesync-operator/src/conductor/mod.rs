@@ -616,11 +616,14 @@ async fn accept_update(
         if workloads
             .iter()
             .any(|w| &w.name == id && w.component_type == Some(ComponentType::Operator))
+            && !gsp.spec.self_update.enabled
         {
             return Err(failure(
                 StatusCode::CONFLICT,
-                "GKO does not update itself yet",
-                format!("{id} is GKO's own Deployment: change its image with Helm"),
+                "GKO does not update itself here",
+                format!(
+                    "{id} is GKO's own Deployment and spec.selfUpdate.enabled is false: change its image with Helm"
+                ),
             ));
         }
         if !workloads.iter().any(|w| &w.name == id) {
@@ -686,6 +689,13 @@ async fn accept_update(
                 }
             }
             Some(ComponentType::Module | ComponentType::ThirdParty) => {
+                if let Some(v) = latest_of(w) {
+                    modules.insert(w.name.clone(), v);
+                }
+            }
+            // GKO itself, asked for by name: pinned, it updates itself alone, last (see update::selfupdate).
+            // Under Update all, the catalog's latest is taken at the end of the update without a pin.
+            Some(ComponentType::Operator) if !everything => {
                 if let Some(v) = latest_of(w) {
                     modules.insert(w.name.clone(), v);
                 }
@@ -853,10 +863,13 @@ async fn service_version(
     if w.component_type == Some(ComponentType::CoreHub)
         && let Ok(latest) = crate::catalog::latest(&check.base, channel, &check.images).await
     {
-        for m in workloads
-            .iter()
-            .filter(|m| m.component_type == Some(ComponentType::Module))
-        {
+        // GKO's own Deployment is offered like a module when it would update itself.
+        let gko_updates =
+            gsp.spec.self_update.enabled && gsp.spec.update_policy == crate::api::UpdatePolicy::Ui;
+        for m in workloads.iter().filter(|m| {
+            m.component_type == Some(ComponentType::Module)
+                || (gko_updates && m.component_type == Some(ComponentType::Operator))
+        }) {
             if let (Some(l), Some(c)) = (latest.get(ImageRef::parse(&m.image).name()), m.version())
                 && l.parse::<crate::version::Version>().ok()
                     > c.parse::<crate::version::Version>().ok()

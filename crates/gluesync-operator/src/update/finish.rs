@@ -3,8 +3,8 @@
 use super::{Decision, HISTORY_LIMIT, Observed, rollout::is_core};
 use crate::{
     api::{
-        Attempt, ComponentResult, ComponentResultStatus, ComponentState, GluesyncPlatform,
-        HistoryEntry, PlannedComponent, UpdateResult, UpdateStatus,
+        Attempt, ComponentResult, ComponentResultStatus, ComponentState, ComponentType,
+        GluesyncPlatform, HistoryEntry, PlannedComponent, UpdateResult, UpdateStatus,
     },
     status,
     version::ImageRef,
@@ -69,6 +69,13 @@ pub(super) fn finish(
             let from = version_of(&c.from_image);
             let to = c.to_image.as_deref().and_then(version_of);
             let (status, msg) = match c.state {
+                // GKO itself, after the update, only when it went well.
+                ComponentState::Pending
+                    if c.component_type == ComponentType::Operator
+                        && matches!(result, UpdateResult::Succeeded | UpdateResult::Degraded) =>
+                {
+                    (ComponentResultStatus::Scheduled, c.message.clone())
+                }
                 ComponentState::Updated => (ComponentResultStatus::Ok, None),
                 ComponentState::RolledBack => {
                     (ComponentResultStatus::RolledBack, c.message.clone())
@@ -131,6 +138,21 @@ pub(super) fn finish(
     };
     let mut status = d.status.clone();
     status.update = None;
+    let gko = u.components.iter().find(|c| {
+        c.component_type == ComponentType::Operator && c.state == ComponentState::Pending
+    });
+    if let Some(c) = gko
+        && let Some(to) = &c.to_image
+        && matches!(result, UpdateResult::Succeeded | UpdateResult::Degraded)
+    {
+        status.self_update = Some(super::selfupdate::scheduled(
+            &c.name,
+            &c.container,
+            &c.from_image,
+            to,
+            &now,
+        ));
+    }
     status.last_attempt = Some(attempt);
     status.history.insert(0, entry);
     status.history.truncate(HISTORY_LIMIT);
@@ -152,6 +174,24 @@ pub(super) fn finish(
         UpdateResult::Refused => (true, "UpdateRefused"),
     };
     d.event(warning, reason, message);
+    if let Some(su) = d.status.self_update.clone() {
+        d.event(
+            false,
+            "OperatorUpdateScheduled",
+            format!(
+                "GKO will update itself to {} after this update",
+                version_of(&su.to_image).unwrap_or_default()
+            ),
+        );
+        // The mark on GKO's Deployment, then (deciding again) the new image.
+        d.actions.push(super::Action::SelfUpdate {
+            name: su.name.clone(),
+            container: su.container.clone(),
+            image: su.from_image.clone(),
+            phase: Some(su.phase),
+        });
+        d.requeue(std::time::Duration::from_millis(10));
+    }
     d.again = false;
     d
 }

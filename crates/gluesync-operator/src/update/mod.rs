@@ -17,6 +17,7 @@ mod model;
 mod pipelines;
 mod plan;
 mod rollout;
+mod selfupdate;
 #[cfg(test)]
 mod tests;
 
@@ -99,6 +100,8 @@ pub struct Observed<'a> {
     pub target: Option<Target>,
     /// Why the spec asks for a Secret or a Core Hub URL this GKO may not use, if it does.
     pub access_problem: Option<crate::status::Problem>,
+    /// The image this GKO runs, read from its own pod (`None` when it does not know its pod).
+    pub me: Option<String>,
 }
 
 /// Something to do once the new status is written.
@@ -115,6 +118,14 @@ pub enum Action {
     AddFinalizer,
     /// Take GKO's finalizer off: nothing is left to settle (or a deleted platform waited long enough).
     RemoveFinalizer,
+    /// GKO's own Deployment: the image of `container`, and the `gluesync.molo17.com/self-update`
+    /// annotation (`None`: removed), in one write.
+    SelfUpdate {
+        name: String,
+        container: String,
+        image: String,
+        phase: Option<crate::api::SelfUpdatePhase>,
+    },
 }
 
 /// A Kubernetes event to record on the GluesyncPlatform.
@@ -182,6 +193,11 @@ pub(crate) fn plus(t: &Time, seconds: i64) -> Time {
         t.0.checked_add(jiff::SignedDuration::from_secs(seconds))
             .unwrap_or(t.0),
     )
+}
+
+/// Look again in `secs` seconds (and a little).
+fn requeue_after_secs(d: &mut Decision, secs: i64) {
+    d.requeue(Duration::from_millis(secs.max(0) as u64 * 1000 + 10));
 }
 
 fn passed(deadline: &Time, now: &Time) -> bool {
@@ -412,7 +428,10 @@ fn requested_by(gsp: &GluesyncPlatform, new_request: bool) -> crate::api::Reques
 /// check the catalog when due, and let a deleted platform go once nothing is left to settle.
 fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     let deleting = gsp.metadata.deletion_timestamp.is_some();
+    // GKO's own update runs alone: a new update waits for it to end.
+    let self_updating = gsp.status.as_ref().is_some_and(|s| s.self_update.is_some());
     if !deleting
+        && !self_updating
         && obs.access_problem.is_none()
         && let Some(d) = plan::start(gsp, obs)
     {
@@ -420,6 +439,7 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     }
     let mut d = Decision::new(status::idle(gsp, obs.workloads, &obs.now));
     d.status.update = None;
+    selfupdate::carry_on(gsp, obs, &mut d);
     let deadline = gsp
         .metadata
         .deletion_timestamp

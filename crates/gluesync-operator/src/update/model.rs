@@ -230,6 +230,7 @@ impl State {
             ready: self.pods == self.image && pod_ready,
             progress_deadline_exceeded: false,
             rollout_blocker: None,
+            self_update_mark: None,
             pods: vec![PodView {
                 name: "core-hub-0".into(),
                 uid: format!("pod-{}", self.pods),
@@ -268,6 +269,7 @@ impl State {
                 catalog: s.gko.answer.as_ref(),
                 target: Some(State::target()),
                 access_problem: None,
+                me: None,
             },
         );
         if s.gsp.status.as_ref() != Some(&d.status) {
@@ -328,6 +330,8 @@ impl State {
                 self.image = image.clone();
             }
             Action::DeletePod(_) => self.pods = self.image.clone(),
+            // The model has no GKO Deployment: a self-update is never planned.
+            Action::SelfUpdate { .. } => return Err("a self-update in a world without GKO".into()),
             Action::AddFinalizer => {
                 self.gsp.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()])
             }

@@ -234,7 +234,19 @@ pub(super) fn preflight(
             continue;
         };
         let (to_image, skip_note) = match kind {
-            ComponentType::Operator => continue,
+            // GKO itself: listed only when it will update itself after this update (see selfupdate).
+            ComponentType::Operator => match super::selfupdate::target(gsp, w, catalog) {
+                Some(to) => {
+                    let note = format!(
+                        "GKO updates itself to {} once this update has ended",
+                        crate::version::image_version(&to)
+                            .map(|v| v.to_string())
+                            .unwrap_or_else(|_| to.clone())
+                    );
+                    (Some(to), Some(note))
+                }
+                None => continue,
+            },
             ComponentType::CoreHub | ComponentType::Agent => {
                 (target_image(&w.image, desired, registry), None)
             }
@@ -275,6 +287,7 @@ pub(super) fn preflight(
             }
         };
         if to_image.is_some()
+            && kind != ComponentType::Operator
             && let Some(why) = &w.rollout_blocker
         {
             return refuse(gsp, u, d, now, why.clone());

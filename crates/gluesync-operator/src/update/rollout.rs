@@ -304,6 +304,7 @@ pub(super) fn modules(
     let timeout = gsp.spec.stability_timeout_seconds;
     let Some(c) = u.components.iter_mut().find(|c| {
         !is_core(c)
+            && c.component_type != ComponentType::Operator
             && matches!(
                 c.state,
                 ComponentState::Pending | ComponentState::Patched | ComponentState::RollingBack

@@ -11,7 +11,7 @@ use super::*;
 use crate::{
     api::{
         Attempt, ComponentResultStatus, ComponentState, GluesyncPlatformSpec, HistoryEntry,
-        PlannedComponent, UpdateStep::*,
+        PlannedComponent, SelfUpdatePhase, UpdateStep::*,
     },
     cluster::PodView,
     corehub::{Listing, Pipeline},
@@ -53,6 +53,7 @@ fn workload(name: &str, label: &str, image: &str) -> Workload {
         ready: true,
         progress_deadline_exceeded: false,
         rollout_blocker: None,
+        self_update_mark: None,
         pods: vec![pod(name, image, true, 0)],
     }
 }
@@ -196,6 +197,8 @@ struct World {
     hub: Hub,
     /// The catalog's answer to the last check asked for.
     answer: Option<Answer>,
+    /// The image of the GKO that decides.
+    me: Option<String>,
 }
 
 impl World {
@@ -205,6 +208,7 @@ impl World {
             catalog,
             hub,
             answer: None,
+            me: None,
         }
     }
 
@@ -229,6 +233,7 @@ impl World {
                 catalog: self.answer.as_ref(),
                 target: Some(World::target()),
                 access_problem: None,
+                me: self.me.clone(),
             },
         );
         g.status = Some(d.status.clone());
@@ -244,6 +249,14 @@ impl World {
                     }
                 }
                 Action::DeletePod(_) => {}
+                Action::SelfUpdate {
+                    name, image, phase, ..
+                } => {
+                    let w = self.workloads.iter_mut().find(|w| &w.name == name).unwrap();
+                    w.image = image.clone();
+                    w.self_update_mark = phase.map(|p| p.as_str().to_string());
+                    w.ready = w.pods.iter().all(|p| &p.image == image && p.ready);
+                }
             }
         }
         if let Some(check) = &d.catalog
@@ -326,6 +339,7 @@ fn a_new_version_starts_an_update_once_per_generation() {
         catalog: None,
         target: None,
         access_problem: None,
+        me: None,
     };
     let d = decide(&g, &obs(at(0)));
     assert_eq!(d.status.phase, Some(Phase::Updating));
@@ -1014,6 +1028,7 @@ fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
             catalog: None,
             target: None,
             access_problem: problem,
+            me: None,
         },
     );
     assert!(d.status.update.is_none(), "no update starts");
@@ -1039,4 +1054,255 @@ fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
     );
     g.spec.core_hub.url = Some("https://core-hub.ns.svc:1717".into());
     assert_eq!(access.problem(&g, &w, "ns"), None);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GKO's own update, last.
+
+const GKO_OLD: &str = "molo17/gluesync-operator:0.1.0";
+const GKO_NEW: &str = "molo17/gluesync-operator:0.2.0";
+
+/// An update that pins GKO's own Deployment to 0.2.0, run to its end by the old GKO.
+fn self_update_scheduled(spec: serde_json::Value) -> (GluesyncPlatform, World, Vec<Event>) {
+    let mut base = serde_json::json!({
+        "version": "2.3.2.1",
+        "modules": {"gluesync-operator": "0.2.0"},
+        "stabilityWindowSeconds": 5,
+        "stabilityTimeoutSeconds": 60,
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        base[k] = v.clone();
+    }
+    let mut g = platform(base);
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    let mut gko = workload("gluesync-operator", "operator", GKO_OLD);
+    gko.kind = WorkloadKind::Deployment;
+    world.workloads.push(gko);
+    world.me = Some(GKO_OLD.into());
+    let mut events = world.until(&mut g, 0, Finish);
+    events.extend(world.step(&mut g, 100).events);
+    (g, world, events)
+}
+
+fn gko_workload(world: &World) -> &Workload {
+    world
+        .workloads
+        .iter()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap()
+}
+
+fn gko_entry(g: &GluesyncPlatform) -> ComponentResultStatus {
+    status(g)
+        .last_attempt
+        .as_ref()
+        .unwrap()
+        .results
+        .iter()
+        .find(|r| r.name == "gluesync-operator")
+        .unwrap()
+        .status
+}
+
+/// The new GKO's pod comes up (or not) on the image the Deployment asks for.
+fn gko_pod(world: &mut World, ready: bool) {
+    let w = world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap();
+    w.pods[0].image = w.image.clone();
+    w.pods[0].ready = ready;
+    w.ready = ready;
+}
+
+#[test]
+fn gko_updates_itself_after_the_update_and_the_new_gko_reports() {
+    let (mut g, mut world, events) = self_update_scheduled(serde_json::json!({}));
+    assert!(
+        reasons(&events).contains(&"OperatorUpdateScheduled"),
+        "{events:?}"
+    );
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().result,
+        UpdateResult::Succeeded
+    );
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Scheduled);
+    assert_eq!(
+        status(&g).self_update.as_ref().map(|s| s.phase),
+        Some(SelfUpdatePhase::Scheduled)
+    );
+    assert_eq!(gko_workload(&world).image, GKO_OLD, "not during the update");
+    assert_eq!(
+        gko_workload(&world).self_update_mark.as_deref(),
+        Some("Scheduled")
+    );
+
+    // No update runs: the old GKO changes its own image.
+    let d = world.step(&mut g, 101);
+    assert_eq!(reasons(&d.events), vec!["OperatorRestarting"]);
+    assert_eq!(gko_workload(&world).image, GKO_NEW);
+    assert_eq!(
+        gko_workload(&world).self_update_mark.as_deref(),
+        Some("RollingOut")
+    );
+    // The new pod comes up; the old one goes; the new GKO leads and checks that it stays ready.
+    gko_pod(&mut world, true);
+    world.me = Some(GKO_NEW.into());
+    let d = world.step(&mut g, 103);
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Scheduled);
+    let d = world.step(&mut g, 107);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdated"]);
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Ok);
+    assert!(status(&g).self_update.is_none());
+    assert_eq!(
+        gko_workload(&world).self_update_mark,
+        None,
+        "the annotation is gone"
+    );
+    assert!(
+        status(&g).history[0]
+            .message
+            .contains("GKO updated to 0.2.0")
+    );
+    // And nothing more happens.
+    let d = world.step(&mut g, 200);
+    assert!(
+        d.events.is_empty() && d.actions.is_empty(),
+        "{:?}",
+        d.actions
+    );
+}
+
+#[test]
+fn a_new_gko_that_never_comes_up_is_rolled_back_by_the_old_one() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    gko_pod(&mut world, false);
+    // The old GKO keeps leading and waits for the stability timeout.
+    let d = world.step(&mut g, 150);
+    assert!(d.events.is_empty());
+    assert_eq!(gko_workload(&world).image, GKO_NEW);
+    let d = world.step(&mut g, 162);
+    assert_eq!(reasons(&d.events), vec!["OperatorRollingBack"]);
+    assert_eq!(gko_workload(&world).image, GKO_OLD);
+    assert_eq!(
+        gko_workload(&world).self_update_mark.as_deref(),
+        Some("RollingBack")
+    );
+    // The Deployment is back on the old pod.
+    gko_pod(&mut world, true);
+    let d = world.step(&mut g, 163);
+    assert_eq!(reasons(&d.events), vec!["OperatorRolledBack"]);
+    assert_eq!(gko_entry(&g), ComponentResultStatus::RolledBack);
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+    assert!(status(&g).self_update.is_none());
+}
+
+#[test]
+fn a_rollback_that_does_not_come_back_in_time_is_an_error() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    gko_pod(&mut world, false);
+    world.step(&mut g, 162);
+    world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap()
+        .ready = false;
+    let d = world.step(&mut g, 223);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateFailed"]);
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Error);
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+}
+
+#[test]
+fn an_image_changed_by_hand_cancels_the_self_update() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap()
+        .image = "molo17/gluesync-operator:0.9.9".into();
+    let d = world.step(&mut g, 102);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Skipped);
+    assert_eq!(
+        gko_workload(&world).image,
+        "molo17/gluesync-operator:0.9.9",
+        "left as set"
+    );
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+}
+
+#[test]
+fn a_self_update_turned_off_is_dropped_and_gitops_never_schedules_one() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    g.spec.self_update.enabled = false;
+    let d = world.step(&mut g, 101);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
+    assert_eq!(gko_workload(&world).image, GKO_OLD);
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+
+    let (g, world, events) = self_update_scheduled(serde_json::json!({"updatePolicy": "gitops"}));
+    assert!(
+        !reasons(&events).iter().any(|r| r.starts_with("Operator")),
+        "{events:?}"
+    );
+    assert!(status(&g).self_update.is_none());
+    assert!(
+        status(&g)
+            .last_attempt
+            .as_ref()
+            .unwrap()
+            .results
+            .iter()
+            .all(|r| r.name != "gluesync-operator")
+    );
+    assert_eq!(gko_workload(&world).image, GKO_OLD);
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+}
+
+#[test]
+fn a_gko_that_died_between_its_status_and_its_deployment_write_finishes_the_write() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    // The status says RollingOut; the Deployment write never happened.
+    let w = world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap();
+    w.image = GKO_OLD.into();
+    w.self_update_mark = Some("Scheduled".into());
+    let d = world.step(&mut g, 102);
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    assert_eq!(gko_workload(&world).image, GKO_NEW);
+    assert_eq!(
+        gko_workload(&world).self_update_mark.as_deref(),
+        Some("RollingOut")
+    );
+    // A self-update that ended in the status but left its annotation: the annotation goes.
+    g.status.as_mut().unwrap().self_update = None;
+    let d = world.step(&mut g, 103);
+    assert!(d.events.is_empty());
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+}
+
+#[test]
+fn a_new_update_waits_while_gko_updates_itself() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    g.spec.version = "2.3.2.2".into();
+    g.metadata.generation = Some(3);
+    let d = world.step(&mut g, 102);
+    assert!(
+        d.status.update.is_none(),
+        "no update starts during GKO's own"
+    );
+    assert!(!reasons(&d.events).contains(&"UpdateStarted"));
 }

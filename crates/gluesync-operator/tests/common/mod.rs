@@ -310,6 +310,15 @@ pub struct GkoOptions {
 
 impl Gko {
     pub fn spawn(ns: &TestNamespace, options: GkoOptions) -> anyhow::Result<Gko> {
+        Gko::spawn_in(&ns.name, ns.cp, options)
+    }
+
+    /// [`Gko::spawn`] on namespace `namespace` of the control plane `cp`.
+    pub fn spawn_in(
+        namespace: &str,
+        cp: &gko_test_support::ControlPlane,
+        options: GkoOptions,
+    ) -> anyhow::Result<Gko> {
         use std::io::BufRead;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
@@ -318,7 +327,7 @@ impl Gko {
         cmd.args([
             "run",
             "--namespace",
-            &ns.name,
+            namespace,
             "--metrics-addr",
             &format!("127.0.0.1:{port}"),
             "--conductor-addr",
@@ -326,7 +335,7 @@ impl Gko {
         ])
         .env(
             "KUBECONFIG",
-            options.kubeconfig.as_ref().unwrap_or(&ns.cp.kubeconfig),
+            options.kubeconfig.as_ref().unwrap_or(&cp.kubeconfig),
         )
         .env("RUST_LOG", "info,kube=warn")
         .env("GKO_ALLOWED_SECRETS", ALLOWED_SECRETS)
@@ -381,6 +390,11 @@ impl Gko {
             Ok(self.said(text).then_some(()))
         })
         .await
+    }
+
+    /// Has the process exited?
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     /// SIGKILL, as the kernel's OOM killer or a node loss would.

@@ -1,0 +1,321 @@
+//! GKO's update of its own Deployment: last, once no other update runs, under `updatePolicy: ui` with
+//! `spec.selfUpdate.enabled` only.
+//!
+//! An update that finds a newer GKO (a pin in `spec.modules` for GKO's Deployment, else the catalog's
+//! latest on the channel) ends with GKO's own result entry `SCHEDULED` and `status.selfUpdate` in phase
+//! `Scheduled`. Then, with no update running, whichever GKO holds the Lease carries it on from the status
+//! (the Deployment's `gluesync.molo17.com/self-update` annotation mirrors the phase):
+//!
+//! - `Scheduled`: GKO changes its own image (`OperatorRestarting`) and the phase becomes `RollingOut`.
+//! - `RollingOut`, the new GKO leading: once GKO's Deployment runs only the new image, ready, for
+//!   `stabilityWindowSeconds`, `OperatorUpdated`, entry `OK`.
+//! - `RollingOut`, the old GKO leading (surge 1, unavailable 0: the old pod runs until the new one is
+//!   ready): if the new pod is not ready within `stabilityTimeoutSeconds`, GKO puts its own image back
+//!   (`OperatorRollingBack`), phase `RollingBack`.
+//! - `RollingBack`: once the Deployment is ready on the old image, `OperatorRolledBack`, entry
+//!   `ROLLED_BACK`; if not within `stabilityTimeoutSeconds`, `OperatorUpdateFailed`, entry `ERROR`.
+//! - GKO's image changed by someone else, the self-update turned off or the policy `gitops`:
+//!   `OperatorUpdateCancelled`, entry `SKIPPED`.
+//!
+//! Each write is the status first, then the Deployment (image and annotation in one patch), so either pod
+//! may die at any instant: the next holder of the Lease reads the status and makes the Deployment match.
+
+use super::{Action, Decision, Observed, passed, plus, requeue_after_secs};
+use crate::{
+    api::{
+        ComponentResultStatus, ComponentType, GluesyncPlatform, SelfUpdate, SelfUpdatePhase,
+        UpdatePolicy,
+    },
+    cluster::Workload,
+    version::{ImageRef, Version},
+};
+
+/// GKO's own Deployment: the one workload labelled `operator`.
+pub(super) fn operator<'a>(obs: &Observed<'a>) -> Option<&'a Workload> {
+    let mut it = obs
+        .workloads
+        .iter()
+        .filter(|w| w.component_type == Some(ComponentType::Operator));
+    let w = it.next()?;
+    it.next().is_none().then_some(w)
+}
+
+/// Why GKO does not update itself for this platform, if it does not.
+fn off(gsp: &GluesyncPlatform) -> Option<&'static str> {
+    if gsp.spec.update_policy == UpdatePolicy::Gitops {
+        Some("the updatePolicy is gitops: GKO's own version is kept in Git")
+    } else if !gsp.spec.self_update.enabled {
+        Some("spec.selfUpdate.enabled is false")
+    } else {
+        None
+    }
+}
+
+/// The image GKO's Deployment `w` should go to after this update, if any: a pin in `spec.modules`, else
+/// the catalog's latest on the channel when it is newer than the one that runs.
+pub(super) fn target(
+    gsp: &GluesyncPlatform,
+    w: &Workload,
+    catalog: Option<&super::Catalog>,
+) -> Option<String> {
+    if off(gsp).is_some() {
+        return None;
+    }
+    let registry = gsp.spec.image_registry.as_deref();
+    if let Some(pin) = gsp.spec.modules.get(&w.name) {
+        return super::target_image(&w.image, pin, registry);
+    }
+    let latest = catalog?.get(ImageRef::parse(&w.image).name())?;
+    let running = w.version()?.parse::<Version>().ok()?;
+    (latest.parse::<Version>().ok()? > running)
+        .then(|| super::target_image(&w.image, latest, registry))
+        .flatten()
+}
+
+/// The write that makes GKO's Deployment match a self-update: its image, and the annotation (`None`:
+/// none).
+fn deployment(su: &SelfUpdate, image: &str, phase: Option<SelfUpdatePhase>) -> Action {
+    Action::SelfUpdate {
+        name: su.name.clone(),
+        container: su.container.clone(),
+        image: image.to_string(),
+        phase,
+    }
+}
+
+/// Ends the self-update: GKO's entry in `lastAttempt` (and the history entry of that update) says how.
+fn end(d: &mut Decision, su: &SelfUpdate, result: ComponentResultStatus, message: String) {
+    d.status.self_update = None;
+    let mut same_update = false;
+    if let Some(attempt) = d.status.last_attempt.as_mut()
+        && let Some(entry) = attempt.results.iter_mut().find(|r| r.name == su.name)
+    {
+        entry.status = result;
+        entry.message = Some(message.clone());
+        same_update = true;
+        if let Some(h) = d.status.history.first_mut()
+            && h.finished_at == attempt.finished_at
+        {
+            h.message = format!("{}; GKO's own update: {message}", h.message);
+        }
+    }
+    if !same_update {
+        tracing::debug!(
+            "GKO's own update ended after a newer update replaced its attempt: {message}"
+        );
+    }
+}
+
+/// Carries on the self-update in `d.status.selfUpdate`, if one runs; with none, makes sure no annotation
+/// is left on GKO's Deployment. Called when no update runs.
+pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
+    let Some(mut su) = d.status.self_update.clone() else {
+        // A self-update that ended between its status write and the Deployment's: take the mark off.
+        if let Some(w) = operator(obs)
+            && w.self_update_mark.is_some()
+            && let Some(container) = w.container.clone()
+        {
+            d.actions.push(Action::SelfUpdate {
+                name: w.name.clone(),
+                container,
+                image: w.image.clone(),
+                phase: None,
+            });
+        }
+        return;
+    };
+    let now = &obs.now;
+    let Some(w) = operator(obs).filter(|w| w.name == su.name) else {
+        let why = format!("GKO's Deployment {} is gone", su.name);
+        d.event(true, "OperatorUpdateCancelled", why.clone());
+        end(d, &su, ComponentResultStatus::Skipped, why);
+        return;
+    };
+    let cancel = |d: &mut Decision, su: &SelfUpdate, why: String| {
+        d.event(true, "OperatorUpdateCancelled", why.clone());
+        d.actions.push(deployment(su, &w.image, None));
+        end(d, su, ComponentResultStatus::Skipped, why);
+    };
+    let to_version = crate::version::image_version(&su.to_image)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| su.to_image.clone());
+    let from_version = crate::version::image_version(&su.from_image)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| su.from_image.clone());
+    let timeout = gsp.spec.stability_timeout_seconds;
+    match su.phase {
+        SelfUpdatePhase::Scheduled | SelfUpdatePhase::RollingOut if off(gsp).is_some() => {
+            let why = off(gsp).unwrap_or_default();
+            cancel(d, &su, format!("GKO's own update was dropped: {why}"));
+        }
+        SelfUpdatePhase::Scheduled => {
+            if w.image != su.from_image {
+                return cancel(
+                    d,
+                    &su,
+                    format!(
+                        "GKO's own update was dropped: its image was changed to {} meanwhile",
+                        w.image
+                    ),
+                );
+            }
+            su.phase = SelfUpdatePhase::RollingOut;
+            su.since = now.clone();
+            d.actions.push(deployment(
+                &su,
+                &su.to_image,
+                Some(SelfUpdatePhase::RollingOut),
+            ));
+            d.event(
+                false,
+                "OperatorRestarting",
+                format!("GKO changed its own image to {to_version}; the new pod is starting"),
+            );
+            d.status.message = Some(format!("GKO is updating itself to {to_version}"));
+            requeue_after_secs(d, timeout);
+            d.status.self_update = Some(su);
+        }
+        SelfUpdatePhase::RollingOut => {
+            if w.image == su.from_image {
+                // The status was written, the Deployment not yet: write it.
+                d.actions.push(deployment(
+                    &su,
+                    &su.to_image,
+                    Some(SelfUpdatePhase::RollingOut),
+                ));
+                return;
+            }
+            if w.image != su.to_image {
+                return cancel(
+                    d,
+                    &su,
+                    format!(
+                        "GKO's own update was dropped: its image was changed to {} meanwhile",
+                        w.image
+                    ),
+                );
+            }
+            if w.self_update_mark.as_deref() != Some(SelfUpdatePhase::RollingOut.as_str()) {
+                d.actions.push(deployment(
+                    &su,
+                    &su.to_image,
+                    Some(SelfUpdatePhase::RollingOut),
+                ));
+            }
+            let window = gsp.spec.stability_window_seconds;
+            if obs.me.as_deref() == Some(su.to_image.as_str()) {
+                // The new GKO leads: its own stability check.
+                let stable_at = plus(&su.since, window);
+                if w.ready && passed(&stable_at, now) {
+                    let message = format!("GKO updated to {to_version}");
+                    d.event(false, "OperatorUpdated", message.clone());
+                    d.actions.push(deployment(&su, &su.to_image, None));
+                    d.status.message = Some(message.clone());
+                    end(d, &su, ComponentResultStatus::Ok, message);
+                } else {
+                    d.status.message = Some(format!(
+                        "GKO {to_version} is checking that it stays ready ({window} s)"
+                    ));
+                    d.requeue(std::time::Duration::from_secs(1));
+                }
+                return;
+            }
+            // The old GKO (or one that does not know its own pod) leads: it watches the new pod.
+            let deadline = plus(&su.since, timeout);
+            if !w.ready && passed(&deadline, now) {
+                su.phase = SelfUpdatePhase::RollingBack;
+                su.since = now.clone();
+                d.actions.push(deployment(
+                    &su,
+                    &su.from_image,
+                    Some(SelfUpdatePhase::RollingBack),
+                ));
+                d.event(
+                    true,
+                    "OperatorRollingBack",
+                    format!(
+                        "the new GKO {to_version} was not ready within {timeout} s; GKO puts its own \
+                         image back to {from_version}"
+                    ),
+                );
+                d.status.message = Some(format!("GKO is rolling itself back to {from_version}"));
+                requeue_after_secs(d, timeout);
+                d.status.self_update = Some(su);
+            } else {
+                d.status.message = Some(format!(
+                    "GKO {to_version} is starting; GKO {from_version} hands over once it is ready"
+                ));
+                if w.ready {
+                    d.requeue(std::time::Duration::from_secs(1));
+                } else {
+                    d.requeue_at(&deadline, now);
+                }
+            }
+        }
+        SelfUpdatePhase::RollingBack => {
+            if w.image == su.to_image {
+                d.actions.push(deployment(
+                    &su,
+                    &su.from_image,
+                    Some(SelfUpdatePhase::RollingBack),
+                ));
+                return;
+            }
+            if w.image != su.from_image {
+                return cancel(
+                    d,
+                    &su,
+                    format!(
+                        "GKO's rollback was dropped: its image was changed to {} meanwhile",
+                        w.image
+                    ),
+                );
+            }
+            if w.self_update_mark.as_deref() != Some(SelfUpdatePhase::RollingBack.as_str()) {
+                d.actions.push(deployment(
+                    &su,
+                    &su.from_image,
+                    Some(SelfUpdatePhase::RollingBack),
+                ));
+            }
+            let deadline = plus(&su.since, timeout);
+            if w.ready {
+                let message =
+                    format!("GKO {to_version} did not come up; GKO is back on {from_version}");
+                d.event(true, "OperatorRolledBack", message.clone());
+                d.actions.push(deployment(&su, &su.from_image, None));
+                d.status.message = Some(message.clone());
+                end(d, &su, ComponentResultStatus::RolledBack, message);
+            } else if passed(&deadline, now) {
+                let message = format!(
+                    "GKO did not come back on {from_version} within {timeout} s after its update to \
+                     {to_version} failed"
+                );
+                d.event(true, "OperatorUpdateFailed", message.clone());
+                d.actions.push(deployment(&su, &su.from_image, None));
+                d.status.message = Some(message.clone());
+                end(d, &su, ComponentResultStatus::Error, message);
+            } else {
+                d.requeue_at(&deadline, now);
+            }
+        }
+    }
+}
+
+/// The self-update an update that ended schedules, for GKO's Deployment `w` going to `to_image`.
+pub(super) fn scheduled(
+    w_name: &str,
+    container: &str,
+    from: &str,
+    to: &str,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> SelfUpdate {
+    SelfUpdate {
+        phase: SelfUpdatePhase::Scheduled,
+        name: w_name.to_string(),
+        container: container.to_string(),
+        from_image: from.to_string(),
+        to_image: to.to_string(),
+        since: now.clone(),
+    }
+}

@@ -1,0 +1,474 @@
+//! GKO updates itself last. GKO's Deployment lives on the control plane and its pods are simulated; a
+//! supervisor here plays the kubelet for them: for each Ready pod it runs the real GKO process (named after
+//! the pod, so GKO reads its own image from it), restarts that process if it dies while its pod stays, and
+//! stops it (SIGTERM) when its pod goes. A pod whose image ends in `-crash` never becomes Ready, so no GKO
+//! of that version ever runs.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::Context;
+use common::*;
+use gko_test_support::TestNamespace;
+use gluesync_operator::api::{ComponentResultStatus, GluesyncPlatform, UpdateResult};
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+const GKO: &str = "gluesync-operator";
+const OLD: &str = "molo17/gluesync-operator:0.1.0";
+
+/// GKO's Deployment as the chart makes it (surge 1, unavailable 0); its new pod must be ready
+/// `min_ready` seconds before the old one goes.
+fn deployment(image: &str, min_ready: u32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {GKO}
+  labels: {{com.molo17.conductor.type: operator}}
+spec:
+  replicas: 1
+  minReadySeconds: {min_ready}
+  strategy: {{type: RollingUpdate, rollingUpdate: {{maxSurge: 1, maxUnavailable: 0}}}}
+  selector: {{matchLabels: {{app: {GKO}}}}}
+  template:
+    metadata: {{labels: {{app: {GKO}}}}}
+    spec: {{containers: [{{name: {GKO}, image: "{image}"}}]}}
+"#
+    )
+}
+
+/// The kubelet of GKO's pods: one GKO process per Ready pod.
+struct Kubelet {
+    running: Arc<Mutex<BTreeMap<String, Gko>>>,
+    /// Every pod a GKO process was started for, with its image, in order (restarts too).
+    started: Arc<Mutex<Vec<(String, String)>>>,
+    /// Where each pod's GKO serves the Conductor API.
+    conductor: Arc<Mutex<BTreeMap<String, String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Kubelet {
+    fn start(ns: &TestNamespace) -> Kubelet {
+        let running: Arc<Mutex<BTreeMap<String, Gko>>> = Arc::default();
+        let started: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+        let ns_name = ns.name.clone();
+        let cp = ns.cp;
+        let conductor: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+        let (run, log, addrs) = (running.clone(), started.clone(), conductor.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(list) = pods
+                    .list(&kube::api::ListParams::default().labels(&format!("app={GKO}")))
+                    .await
+                {
+                    let ready: BTreeMap<String, String> = list
+                        .items
+                        .iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+                        .map(|p| (p.name_any(), pod_image(p)))
+                        .collect();
+                    let gone: Vec<Gko>;
+                    {
+                        let mut run = run.lock().unwrap();
+                        let names: Vec<String> = run
+                            .keys()
+                            .filter(|n| !ready.contains_key(*n))
+                            .cloned()
+                            .collect();
+                        gone = names.iter().filter_map(|n| run.remove(n)).collect();
+                        for (name, image) in &ready {
+                            let dead = run.get_mut(name).is_some_and(|g| g.exited());
+                            if run.contains_key(name) && !dead {
+                                continue;
+                            }
+                            let addr = std::net::TcpListener::bind("127.0.0.1:0")
+                                .and_then(|l| l.local_addr())
+                                .map(|a| a.to_string())
+                                .unwrap_or_default();
+                            match Gko::spawn_in(
+                                &ns_name,
+                                cp,
+                                GkoOptions {
+                                    instance: Some(name.clone()),
+                                    conductor_addr: Some(addr.clone()),
+                                    ..Default::default()
+                                },
+                            ) {
+                                Ok(g) => {
+                                    addrs.lock().unwrap().insert(name.clone(), addr);
+                                    eprintln!(
+                                        "[kubelet {ns_name}] started GKO for {name} ({image})"
+                                    );
+                                    log.lock().unwrap().push((name.clone(), image.clone()));
+                                    run.insert(name.clone(), g);
+                                }
+                                Err(e) => eprintln!("[kubelet] starting GKO for {name}: {e}"),
+                            }
+                        }
+                    }
+                    // Pods that went: their GKO is stopped as Kubernetes stops a container.
+                    for mut g in gone {
+                        let _ = tokio::task::spawn_blocking(move || g.terminate()).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        Kubelet {
+            running,
+            started,
+            conductor,
+            task,
+        }
+    }
+
+    /// SIGKILL the GKO of `pod` (its pod stays: the kubelet starts it again).
+    fn kill(&self, pod: &str) -> anyhow::Result<()> {
+        let mut run = self.running.lock().unwrap();
+        let g = run.get_mut(pod).context("no GKO runs for that pod")?;
+        g.kill()
+    }
+
+    /// The Conductor API of `pod`'s GKO.
+    fn conductor(&self, pod: &str) -> Option<String> {
+        self.conductor
+            .lock()
+            .unwrap()
+            .get(pod)
+            .map(|a| format!("http://{a}/conductor/api"))
+    }
+
+    fn started(&self) -> Vec<(String, String)> {
+        self.started.lock().unwrap().clone()
+    }
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn pod_image(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
+fn lease_holder(ns: &TestNamespace) -> anyhow::Result<String> {
+    Ok(ns
+        .kubectl(&[
+            "get",
+            "lease",
+            "gluesync-operator",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])?
+        .trim()
+        .to_string())
+}
+
+fn annotation(ns: &TestNamespace) -> anyhow::Result<String> {
+    ns.kubectl(&[
+        "get",
+        "deploy",
+        GKO,
+        "-o",
+        "jsonpath={.metadata.annotations.gluesync\\.molo17\\.com/self-update}",
+    ])
+}
+
+/// GKO's entry in `lastAttempt`, once it is no longer SCHEDULED.
+async fn gko_outcome(
+    ns: &TestNamespace,
+) -> anyhow::Result<(ComponentResultStatus, GluesyncPlatform)> {
+    let g = wait_for_platform(ns, "GKO's own update to end", |g| {
+        let s = g.status.clone().unwrap_or_default();
+        s.self_update.is_none()
+            && s.last_attempt.as_ref().is_some_and(|a| {
+                a.results
+                    .iter()
+                    .any(|r| r.name == GKO && r.status != ComponentResultStatus::Scheduled)
+            })
+    })
+    .await?;
+    let entry = g
+        .status
+        .as_ref()
+        .and_then(|s| s.last_attempt.as_ref())
+        .and_then(|a| a.results.iter().find(|r| r.name == GKO))
+        .map(|r| r.status)
+        .context("GKO's entry")?;
+    Ok((entry, g))
+}
+
+/// A sample install with the simulator, GKO's Deployment at 0.1.0 and its GKO running.
+async fn rig(
+    hint: &str,
+    spec: serde_json::Value,
+    min_ready: u32,
+) -> anyhow::Result<(TestNamespace, gluesync_simulator::Simulator, Kubelet)> {
+    let ns = namespace(hint).await?;
+    let sim = simulator().await?;
+    let mut base = json!({"stabilityWindowSeconds": 2, "stabilityTimeoutSeconds": 20});
+    for (k, v) in spec.as_object().cloned().unwrap_or_default() {
+        base[k] = v;
+    }
+    install_with_simulator(&ns, &sim, base)?;
+    ns.apply(&deployment(OLD, min_ready))?;
+    let kubelet = Kubelet::start(&ns);
+    wait_settled(&ns).await?;
+    gko_test_support::eventually("the first GKO to lead", Duration::from_secs(60), || async {
+        let holder = lease_holder(&ns).unwrap_or_default();
+        Ok(holder.starts_with(GKO).then_some(()))
+    })
+    .await?;
+    Ok((ns, sim, kubelet))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gko_updates_itself_last_and_the_new_gko_reports() -> anyhow::Result<()> {
+    let (ns, sim, kubelet) = rig("self-update", json!({}), 0).await?;
+    let old_pod = lease_holder(&ns)?;
+    // The Core Hub UI asks to update GKO alone ("Update one component"), to the catalog's latest.
+    sim.set_catalog(
+        "gluesync-operator",
+        gluesync_simulator::CatalogEntry::all("0.2.0"),
+    );
+    let base = kubelet.conductor(&old_pod).context("the old GKO's API")?;
+    // The UI sees GKO among what can be updated.
+    let offered = gko_test_support::eventually("GKO offered", Duration::from_secs(30), || {
+        let (base, token) = (base.clone(), sim.token_for("viewer"));
+        async move {
+            let body: serde_json::Value = reqwest::Client::new()
+                .get(format!(
+                    "{base}/services/gluesync-gluesync-core-hub/version/ga"
+                ))
+                .bearer_auth(token)
+                .send()
+                .await?
+                .json()
+                .await?;
+            Ok(body["data"]["servicesToUpdate"].as_array().cloned())
+        }
+    })
+    .await?;
+    assert!(offered.contains(&json!(GKO)), "{offered:?}");
+    let answer = gko_test_support::eventually("the UI's request", Duration::from_secs(60), || {
+        let (base, token) = (base.clone(), sim.token_for("manager"));
+        async move {
+            let resp = reqwest::Client::new()
+                .post(format!("{base}/containers"))
+                .bearer_auth(token)
+                .json(&json!({"action": "update", "ids": [GKO]}))
+                .send()
+                .await;
+            Ok(match resp {
+                Ok(r) if r.status().as_u16() != 503 => {
+                    Some((r.status().as_u16(), r.json::<serde_json::Value>().await?))
+                }
+                _ => None,
+            })
+        }
+    })
+    .await?;
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(
+        g.spec.modules.get(GKO).map(String::as_str),
+        Some("0.2.0"),
+        "GKO alone, pinned"
+    );
+    assert_eq!(g.spec.version, "2.3.2.1", "Core Hub is not asked to move");
+    let (entry, g) = gko_outcome(&ns).await?;
+    let status = g.status.unwrap_or_default();
+    assert_eq!(
+        entry,
+        ComponentResultStatus::Ok,
+        "{:?}",
+        status.last_attempt
+    );
+    assert_eq!(
+        status.last_attempt.as_ref().unwrap().result,
+        UpdateResult::Succeeded
+    );
+    assert!(
+        status.history[0].message.contains("GKO updated to 0.2.0"),
+        "{}",
+        status.history[0].message
+    );
+    assert_eq!(
+        image_of(&ns, "deployment", GKO).await?,
+        "molo17/gluesync-operator:0.2.0"
+    );
+    assert_eq!(annotation(&ns)?, "", "the annotation is gone");
+    // The new GKO holds the Lease; the old one's pod is gone and its process stopped.
+    let holder = lease_holder(&ns)?;
+    assert_ne!(holder, old_pod);
+    let started = kubelet.started();
+    assert!(
+        started
+            .iter()
+            .any(|(p, i)| p == &holder && i.ends_with(":0.2.0")),
+        "{started:?}"
+    );
+    let reasons = event_reasons_through(&ns, "OperatorUpdated").await?;
+    let at = |r: &str| reasons.iter().position(|x| x == r);
+    assert!(
+        at("UpdateSucceeded") < at("OperatorRestarting")
+            && at("OperatorRestarting") < at("OperatorUpdated"),
+        "GKO updates itself after the update: {reasons:?}"
+    );
+    assert!(at("OperatorUpdateScheduled").is_some(), "{reasons:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_gko_that_never_comes_up_is_rolled_back_by_the_old_one() -> anyhow::Result<()> {
+    let (ns, _sim, kubelet) = rig("self-update-crash", json!({}), 0).await?;
+    let old_pod = lease_holder(&ns)?;
+    patch_spec(&ns, json!({"modules": {GKO: "0.2.0-crash"}})).await?;
+    // The fault landed: GKO's image was changed to the crashing one.
+    wait_for_platform(&ns, "RollingOut", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.self_update.as_ref())
+            .is_some_and(|s| s.phase == gluesync_operator::api::SelfUpdatePhase::RollingOut)
+    })
+    .await?;
+    assert_eq!(annotation(&ns)?, "RollingOut");
+    let (entry, _) = gko_outcome(&ns).await?;
+    assert_eq!(entry, ComponentResultStatus::RolledBack);
+    assert_eq!(image_of(&ns, "deployment", GKO).await?, OLD);
+    assert_eq!(annotation(&ns)?, "");
+    assert_eq!(
+        lease_holder(&ns)?,
+        old_pod,
+        "the old GKO is still in charge"
+    );
+    assert!(
+        kubelet.started().iter().all(|(_, i)| i == OLD),
+        "no crashing GKO ever ran"
+    );
+    let reasons = event_reasons_through(&ns, "OperatorRolledBack").await?;
+    assert!(
+        reasons.iter().any(|r| r == "OperatorRollingBack"),
+        "{reasons:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn either_gko_killed_mid_way_still_ends_in_a_documented_outcome() -> anyhow::Result<()> {
+    let (ns, _sim, kubelet) = rig(
+        "self-update-kill",
+        json!({"stabilityWindowSeconds": 30, "stabilityTimeoutSeconds": 90}),
+        5,
+    )
+    .await?;
+    let old_pod = lease_holder(&ns)?;
+    patch_spec(&ns, json!({"modules": {GKO: "0.2.0"}})).await?;
+    // The old GKO is killed right after it changed its own image (its pod stays 5 s more, until the new
+    // pod is available: the kubelet starts it again).
+    gko_test_support::eventually("GKO's image to change", Duration::from_secs(60), || async {
+        Ok((image_of(&ns, "deployment", GKO).await? != OLD).then_some(()))
+    })
+    .await?;
+    kubelet.kill(&old_pod)?;
+    // The new GKO takes over once the old pod goes; it is killed before it reports (its stability
+    // window is 30 s).
+    let new_pod =
+        gko_test_support::eventually("the new GKO to lead", Duration::from_secs(60), || async {
+            let holder = lease_holder(&ns).unwrap_or_default();
+            Ok((holder != old_pod && holder.starts_with(GKO)).then_some(holder))
+        })
+        .await?;
+    let g = platforms(&ns).get("gluesync").await?;
+    assert!(
+        g.status.as_ref().is_some_and(|s| s.self_update.is_some()),
+        "the new GKO had not reported yet"
+    );
+    kubelet.kill(&new_pod)?;
+    let (entry, _) = gko_outcome(&ns).await?;
+    assert_eq!(entry, ComponentResultStatus::Ok);
+    assert_eq!(annotation(&ns)?, "");
+    let restarts = kubelet
+        .started()
+        .iter()
+        .filter(|(p, _)| p == &new_pod)
+        .count();
+    assert!(
+        restarts >= 2,
+        "the new GKO was restarted after its kill: {:?}",
+        kubelet.started()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gitops_gko_never_touches_itself_and_a_hand_change_cancels() -> anyhow::Result<()> {
+    let (ns, _sim, _kubelet) =
+        rig("self-update-gitops", json!({"updatePolicy": "gitops"}), 0).await?;
+    patch_spec(&ns, json!({"modules": {GKO: "0.2.0"}})).await?;
+    let g = wait_finished(&ns, 2).await?;
+    let status = g.status.unwrap_or_default();
+    assert!(
+        status
+            .last_attempt
+            .as_ref()
+            .unwrap()
+            .results
+            .iter()
+            .all(|r| r.name != GKO)
+    );
+    assert!(status.self_update.is_none());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(image_of(&ns, "deployment", GKO).await?, OLD);
+    assert_eq!(annotation(&ns)?, "");
+
+    // Under ui, a self-update that someone overrides by hand is dropped.
+    patch_spec(
+        &ns,
+        json!({"updatePolicy": "ui", "modules": {GKO: "0.2.0-crash"}}),
+    )
+    .await?;
+    wait_for_platform(&ns, "RollingOut", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.self_update.as_ref())
+            .is_some_and(|s| s.phase == gluesync_operator::api::SelfUpdatePhase::RollingOut)
+    })
+    .await?;
+    ns.kubectl(&[
+        "set",
+        "image",
+        &format!("deployment/{GKO}"),
+        &format!("{GKO}=molo17/gluesync-operator:0.3.0"),
+    ])?;
+    let (entry, _) = gko_outcome(&ns).await?;
+    assert_eq!(entry, ComponentResultStatus::Skipped);
+    assert_eq!(
+        image_of(&ns, "deployment", GKO).await?,
+        "molo17/gluesync-operator:0.3.0"
+    );
+    assert_eq!(annotation(&ns)?, "");
+    event_reasons_through(&ns, "OperatorUpdateCancelled").await?;
+    Ok(())
+}
