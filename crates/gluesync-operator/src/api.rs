@@ -640,14 +640,19 @@ pub enum UpdateResult {
 #[serde(rename_all = "camelCase")]
 pub struct SelfUpdate {
     pub phase: SelfUpdatePhase,
-    /// GKO's Deployment, and the container whose image changes.
+    /// GKO's Deployment.
     pub name: String,
+    /// The container of GKO's Deployment whose image changes.
     pub container: String,
-    /// The image GKO ran, and the one it goes to.
+    /// The image GKO ran before.
     pub from_image: String,
+    /// The image GKO goes to.
     pub to_image: String,
     /// When the phase began.
     pub since: Time,
+    /// RollingOut: the new GKO's Deployment ready on its image since then (its stability window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable: Option<StableWindow>,
 }
 
 /// The phase of GKO's own update, as the Deployment's annotation shows it.

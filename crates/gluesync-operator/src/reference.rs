@@ -451,7 +451,8 @@ fn write_names(out: &mut String) {
         (
             api::SELF_UPDATE_ANNOTATION,
             "annotation on GKO's own Deployment",
-            "`RollingOut` or `RollingBack` while GKO updates itself; meanwhile the Conductor API answers 503."
+            "`Scheduled`, `RollingOut` or `RollingBack` while GKO updates itself (it mirrors \
+             `status.selfUpdate.phase`); during `RollingOut` and `RollingBack` the Conductor API answers 503."
                 .to_string(),
         ),
         (

@@ -33,7 +33,7 @@ pub(super) fn is_core(c: &PlannedComponent) -> bool {
 /// The stability check of one component on `image`, until `deadline`: `Ok(true)` passed, `Ok(false)`
 /// not yet, `Err` failed. Only container restarts inside the window count: a pod that restarted while
 /// warming up, before it was ready, passes once it stays ready.
-fn stability(
+pub(super) fn stability(
     gsp: &GluesyncPlatform,
     c: &mut PlannedComponent,
     w: &Workload,

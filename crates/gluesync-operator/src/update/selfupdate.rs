@@ -23,8 +23,8 @@
 use super::{Action, Decision, Observed, passed, plus, requeue_after_secs};
 use crate::{
     api::{
-        ComponentResultStatus, ComponentType, GluesyncPlatform, SelfUpdate, SelfUpdatePhase,
-        UpdatePolicy,
+        ComponentResultStatus, ComponentState, ComponentType, GluesyncPlatform, PlannedComponent,
+        SelfUpdate, SelfUpdatePhase, UpdatePolicy,
     },
     cluster::Workload,
     version::{ImageRef, Version},
@@ -202,53 +202,69 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                     Some(SelfUpdatePhase::RollingOut),
                 ));
             }
-            let window = gsp.spec.stability_window_seconds;
-            if obs.me.as_deref() == Some(su.to_image.as_str()) {
-                // The new GKO leads: its own stability check.
-                let stable_at = plus(&su.since, window);
-                if w.ready && passed(&stable_at, now) {
+            // The new GKO's Deployment gets the stability check of any component (ready on its image for
+            // stabilityWindowSeconds with no restart; a crash loop or an image that cannot be pulled fails
+            // at once; stabilityTimeoutSeconds at most).
+            let deadline = plus(&su.since, timeout);
+            let mut c = PlannedComponent {
+                name: su.name.clone(),
+                component_type: ComponentType::Operator,
+                kind: w.kind,
+                container: su.container.clone(),
+                from_image: su.from_image.clone(),
+                to_image: Some(su.to_image.clone()),
+                state: ComponentState::Patched,
+                message: None,
+                patched_at: Some(su.since.clone()),
+                stable: su.stable.clone(),
+            };
+            // The old GKO never reports the new one's success: once the Deployment runs only the new
+            // image, ready, the old pod is gone and so is the old GKO. Whoever else leads (the new GKO, or
+            // one that does not know its own pod) reports it.
+            let i_am_old = obs.me.as_deref() == Some(su.from_image.as_str());
+            match super::rollout::stability(gsp, &mut c, w, &su.to_image, &deadline, now, d) {
+                Ok(true) if !i_am_old => {
                     let message = format!("GKO updated to {to_version}");
                     d.event(false, "OperatorUpdated", message.clone());
                     d.actions.push(deployment(&su, &su.to_image, None));
                     d.status.message = Some(message.clone());
                     end(d, &su, ComponentResultStatus::Ok, message);
-                } else {
-                    d.status.message = Some(format!(
-                        "GKO {to_version} is checking that it stays ready ({window} s)"
-                    ));
-                    d.requeue(std::time::Duration::from_secs(1));
                 }
-                return;
-            }
-            // The old GKO (or one that does not know its own pod) leads: it watches the new pod.
-            let deadline = plus(&su.since, timeout);
-            if !w.ready && passed(&deadline, now) {
-                su.phase = SelfUpdatePhase::RollingBack;
-                su.since = now.clone();
-                d.actions.push(deployment(
-                    &su,
-                    &su.from_image,
-                    Some(SelfUpdatePhase::RollingBack),
-                ));
-                d.event(
-                    true,
-                    "OperatorRollingBack",
-                    format!(
-                        "the new GKO {to_version} was not ready within {timeout} s; GKO puts its own \
-                         image back to {from_version}"
-                    ),
-                );
-                d.status.message = Some(format!("GKO is rolling itself back to {from_version}"));
-                requeue_after_secs(d, timeout);
-                d.status.self_update = Some(su);
-            } else {
-                d.status.message = Some(format!(
-                    "GKO {to_version} is starting; GKO {from_version} hands over once it is ready"
-                ));
-                if w.ready {
-                    d.requeue(std::time::Duration::from_secs(1));
-                } else {
-                    d.requeue_at(&deadline, now);
+                Ok(_) => {
+                    d.status.message = Some(if i_am_old {
+                        format!(
+                            "GKO {to_version} is starting; GKO {from_version} hands over once it is ready"
+                        )
+                    } else {
+                        format!(
+                            "GKO {to_version} is checking that it stays ready ({} s)",
+                            gsp.spec.stability_window_seconds
+                        )
+                    });
+                    su.stable = c.stable;
+                    d.status.self_update = Some(su);
+                }
+                Err(why) => {
+                    su.phase = SelfUpdatePhase::RollingBack;
+                    su.since = now.clone();
+                    su.stable = None;
+                    d.actions.push(deployment(
+                        &su,
+                        &su.from_image,
+                        Some(SelfUpdatePhase::RollingBack),
+                    ));
+                    d.event(
+                        true,
+                        "OperatorRollingBack",
+                        format!(
+                            "the new GKO {to_version} failed its stability check ({why}); GKO puts its own \
+                             image back to {from_version}"
+                        ),
+                    );
+                    d.status.message =
+                        Some(format!("GKO is rolling itself back to {from_version}"));
+                    requeue_after_secs(d, timeout);
+                    d.status.self_update = Some(su);
                 }
             }
         }
@@ -317,5 +333,6 @@ pub(super) fn scheduled(
         from_image: from.to_string(),
         to_image: to.to_string(),
         since: now.clone(),
+        stable: None,
     }
 }

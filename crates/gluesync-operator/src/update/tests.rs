@@ -1153,6 +1153,11 @@ fn gko_updates_itself_after_the_update_and_the_new_gko_reports() {
     assert!(d.events.is_empty(), "{:?}", d.events);
     assert_eq!(gko_entry(&g), ComponentResultStatus::Scheduled);
     let d = world.step(&mut g, 107);
+    assert!(
+        d.events.is_empty(),
+        "ready since 103: the window runs to 108"
+    );
+    let d = world.step(&mut g, 109);
     assert_eq!(reasons(&d.events), vec!["OperatorUpdated"]);
     assert_eq!(gko_entry(&g), ComponentResultStatus::Ok);
     assert!(status(&g).self_update.is_none());
@@ -1305,4 +1310,58 @@ fn a_new_update_waits_while_gko_updates_itself() {
         "no update starts during GKO's own"
     );
     assert!(!reasons(&d.events).contains(&"UpdateStarted"));
+}
+
+#[test]
+fn a_gko_that_does_not_know_its_pod_still_ends_the_self_update() {
+    // Ready on the new image: the stability check passes and GKO reports.
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    world.me = None;
+    gko_pod(&mut world, true);
+    assert!(
+        world.step(&mut g, 104).events.is_empty(),
+        "within the window"
+    );
+    let d = world.step(&mut g, 110);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdated"]);
+    // Never ready: it puts the old image back.
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    world.me = None;
+    gko_pod(&mut world, false);
+    let d = world.step(&mut g, 162);
+    assert_eq!(reasons(&d.events), vec!["OperatorRollingBack"]);
+}
+
+#[test]
+fn a_new_gko_that_crash_loops_is_rolled_back_at_once() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    let w = world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap();
+    w.ready = false;
+    w.pods.push(PodView {
+        name: "gluesync-operator-new".into(),
+        uid: "new".into(),
+        image: GKO_NEW.into(),
+        ready: false,
+        waiting: Some(("CrashLoopBackOff".into(), "back-off 10s".into())),
+        restarts: 3,
+    });
+    let d = world.step(&mut g, 110);
+    assert_eq!(
+        reasons(&d.events),
+        vec!["OperatorRollingBack"],
+        "long before the timeout"
+    );
+    assert!(
+        d.events[0].message.contains("CrashLoopBackOff"),
+        "{}",
+        d.events[0].message
+    );
+    assert_eq!(gko_workload(&world).image, GKO_OLD);
 }
