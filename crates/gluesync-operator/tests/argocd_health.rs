@@ -807,3 +807,43 @@ fn the_argocd_docs_yaml_parses_and_every_ignore_rule_names_its_group() {
         "docs/argocd.md lost its Application examples"
     );
 }
+
+/// The rule for GKO's own Deployment ignores exactly what GKO writes there in its own update: the
+/// container's image and the self-update annotation (see `Writer::self_update`).
+#[test]
+fn the_argocd_rule_for_gkos_deployment_covers_what_gko_writes() {
+    let mut found = 0;
+    for block in ARGOCD_DOC.split("```yaml\n").skip(1) {
+        let yaml = block.split("```").next().unwrap_or_default();
+        let doc: Value = serde_yaml::from_str(yaml).unwrap_or(Value::Null);
+        for rule in doc
+            .pointer("/spec/ignoreDifferences")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+        {
+            let name = rule["name"].as_str().unwrap_or_default();
+            if rule["kind"] != "Deployment" || !name.ends_with("gluesync-operator") {
+                continue;
+            }
+            found += 1;
+            let paths: Vec<&str> = rule["jqPathExpressions"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            assert!(
+                paths.contains(&".spec.template.spec.containers[].image"),
+                "{rule}"
+            );
+            let annotation = format!(
+                ".metadata.annotations[\"{}\"]",
+                gluesync_operator::api::SELF_UPDATE_ANNOTATION
+            );
+            assert!(paths.contains(&annotation.as_str()), "{rule}");
+        }
+    }
+    assert!(
+        found >= 1,
+        "docs/argocd.md has a rule for GKO's own Deployment"
+    );
+}
