@@ -428,8 +428,9 @@ async fn either_gko_killed_mid_way_still_ends_in_a_documented_outcome() -> anyho
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_gitops_gko_never_touches_itself_and_a_hand_change_cancels() -> anyhow::Result<()> {
-    let (ns, _sim, _kubelet) =
+    let (ns, _sim, kubelet) =
         rig("self-update-gitops", json!({"updatePolicy": "gitops"}), 0).await?;
+    let old_pod = lease_holder(&ns)?;
     patch_spec(&ns, json!({"modules": {GKO: "0.2.0"}})).await?;
     let g = wait_finished(&ns, 2).await?;
     let status = g.status.unwrap_or_default();
@@ -468,6 +469,30 @@ async fn under_gitops_gko_never_touches_itself_and_a_hand_change_cancels() -> an
             .is_some_and(|s| s.phase == gluesync_operator::api::SelfUpdatePhase::RollingOut)
     })
     .await?;
+    // Meanwhile the old GKO's Conductor API answers 503 with Retry-After: 60, as the Conductor does during
+    // its own update, and keeps its description readable.
+    let base = kubelet.conductor(&old_pod).context("the old GKO's API")?;
+    let answer = gko_test_support::eventually("a 503", Duration::from_secs(30), || {
+        let base = base.clone();
+        async move {
+            let resp = reqwest::get(format!("{base}/health")).await?;
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            Ok((resp.status().as_u16() == 503).then_some(retry))
+        }
+    })
+    .await?;
+    assert_eq!(answer.as_deref(), Some("60"));
+    assert_eq!(
+        reqwest::get(format!("{base}/openapi.json"))
+            .await?
+            .status()
+            .as_u16(),
+        200
+    );
     ns.kubectl(&[
         "set",
         "image",
@@ -482,5 +507,17 @@ async fn under_gitops_gko_never_touches_itself_and_a_hand_change_cancels() -> an
     );
     assert_eq!(annotation(&ns)?, "");
     event_reasons_through(&ns, "OperatorUpdateCancelled").await?;
+    // And the API serves again.
+    gko_test_support::eventually("the API back", Duration::from_secs(30), || {
+        let base = base.clone();
+        async move {
+            let code = reqwest::get(format!("{base}/health"))
+                .await?
+                .status()
+                .as_u16();
+            Ok((code == 200).then_some(()))
+        }
+    })
+    .await?;
     Ok(())
 }
