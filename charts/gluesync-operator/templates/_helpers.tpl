@@ -40,8 +40,10 @@ on: a newer image GKO put on its own Deployment is kept, so that helm upgrade ne
 {{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "gluesync-operator.fullname" .) -}}
 {{- range (dig "spec" "template" "spec" "containers" (list) $live) -}}
 {{- if eq .name "gluesync-operator" -}}
-{{- $liveTag := regexReplaceAll "^.*:" (toString .image) "" -}}
-{{- if and (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $liveTag) (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag) (semverCompare (printf ">%s" $tag) $liveTag) -}}
+{{- /* Versions compared by their numbers only (x.y.z, a suffix such as -ubi ignored). */ -}}
+{{- $liveVersion := regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" (regexReplaceAll "^.*:" (toString .image) "") -}}
+{{- $chartVersion := regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag -}}
+{{- if and $liveVersion $chartVersion (semverCompare (printf ">%s" $chartVersion) $liveVersion) -}}
 {{- $image = .image -}}
 {{- end -}}
 {{- end -}}
@@ -74,7 +76,11 @@ and by the Gluesync kit.
 {{- $version = dig "spec" "version" $version $live -}}
 {{- $modules = dig "spec" "modules" $modules $live -}}
 {{- end -}}
+{{- /* requestID: the live value (the Core Hub UI's last request), except a new one from Git under gitops. */ -}}
 {{- $requestID := dig "spec" "requestID" $p.requestID $live -}}
+{{- if and (eq .policy "gitops") $p.requestID -}}
+{{- $requestID = $p.requestID -}}
+{{- end -}}
 {{- if not $version -}}
 {{- fail "platform.version (the kit: gluesyncCoreHub.tag) is required: the Core Hub version of the first install, for example 2.3.2.2" -}}
 {{- end -}}

@@ -341,9 +341,9 @@ async fn execute(
             phase,
         } => {
             let shown = phase.map_or("none", |p| p.as_str());
-            info!(deployment = %name, %image, phase = shown, "GKO's own Deployment");
+            info!(deployment = %name, image = image.as_deref().unwrap_or("unchanged"), phase = shown, "GKO's own Deployment");
             writer
-                .self_update(ns, &name, &container, &image, phase)
+                .self_update(ns, &name, &container, image.as_deref(), phase)
                 .await
                 .map_err(|e| warn!(deployment = %name, error = %e, "writing GKO's own Deployment failed; retrying"))?;
         }

@@ -12,12 +12,7 @@ use k8s_openapi::api::{
 use kube::{ResourceExt, runtime::reflector::Store};
 use tokio::sync::watch;
 
-use crate::{
-    api::{GluesyncPlatform, SELF_UPDATE_ANNOTATION, TYPE_LABEL},
-    cluster::Workload,
-    metrics::Metrics,
-    writer::Writer,
-};
+use crate::{api::GluesyncPlatform, cluster::Workload, metrics::Metrics, writer::Writer};
 
 pub struct View {
     pub namespace: String,
@@ -51,14 +46,16 @@ impl View {
     }
 
     /// The phase of GKO's own update while its new pod rolls out or back (`RollingOut`, `RollingBack`),
-    /// from the annotation on its Deployment.
+    /// from the platform's `status.selfUpdate` (the Deployment's annotation mirrors it).
     pub fn self_updating(&self) -> Option<String> {
-        self.deployments.state().iter().find_map(|d| {
-            let operator = d.labels().get(TYPE_LABEL).map(String::as_str) == Some("operator");
-            let phase = d.annotations().get(SELF_UPDATE_ANNOTATION)?;
-            (operator && matches!(phase.as_str(), "RollingOut" | "RollingBack"))
-                .then(|| phase.clone())
-        })
+        // The platform's status is the record (the Deployment's annotation mirrors it and may lag).
+        let gsp = self.platform()?;
+        let su = gsp.status.as_ref()?.self_update.as_ref()?;
+        matches!(
+            su.phase,
+            crate::api::SelfUpdatePhase::RollingOut | crate::api::SelfUpdatePhase::RollingBack
+        )
+        .then(|| su.phase.as_str().to_string())
     }
 
     /// The labelled workloads of the namespace with their pods, from the watch caches.

@@ -137,23 +137,25 @@ impl Writer {
         }
     }
 
-    /// GKO's own Deployment: the image of `container` and the `gluesync.molo17.com/self-update`
+    /// GKO's own Deployment: the image of `container` (when given) and the `gluesync.molo17.com/self-update`
     /// annotation (removed when `phase` is `None`), in one strategic merge patch.
     pub async fn self_update(
         &self,
         namespace: &str,
         name: &str,
         container: &str,
-        image: &str,
+        image: Option<&str>,
         phase: Option<crate::api::SelfUpdatePhase>,
     ) -> Result<(), kube::Error> {
         self.gate()?;
-        let patch = json!({
+        let mut patch = json!({
             "metadata": { "annotations": {
                 crate::api::SELF_UPDATE_ANNOTATION: phase.map(|p| p.as_str()),
             } },
-            "spec": { "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } },
         });
+        if let Some(image) = image {
+            patch["spec"] = json!({ "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } });
+        }
         self.metrics.workload_writes.inc();
         Api::<Deployment>::namespaced(self.client.clone(), namespace)
             .patch(

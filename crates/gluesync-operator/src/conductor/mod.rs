@@ -694,8 +694,9 @@ async fn accept_update(
                 }
             }
             // GKO itself, asked for by name: pinned, it updates itself alone, last (see update::selfupdate).
-            // Under Update all, the catalog's latest is taken at the end of the update without a pin.
-            Some(ComponentType::Operator) if !everything => {
+            // Under Update all, the catalog's latest is taken at the end of the update without a pin, and a
+            // pin left from an earlier request moves to the latest too.
+            Some(ComponentType::Operator) if !everything || modules.contains_key(&w.name) => {
                 if let Some(v) = latest_of(w) {
                     modules.insert(w.name.clone(), v);
                 }

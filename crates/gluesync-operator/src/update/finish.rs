@@ -62,6 +62,21 @@ pub(super) fn finish(
             parts.join("; ")
         }
     };
+    // GKO updates itself after an update that went well, unless its image was changed meanwhile (a Helm
+    // upgrade of GKO during the update wins).
+    let gko_moved = |c: &PlannedComponent| {
+        obs.workloads
+            .iter()
+            .find(|w| w.name == c.name)
+            .is_none_or(|w| w.image != c.from_image)
+    };
+    let gko_scheduled = |c: &PlannedComponent| {
+        c.component_type == ComponentType::Operator
+            && c.state == ComponentState::Pending
+            && c.to_image.is_some()
+            && matches!(result, UpdateResult::Succeeded | UpdateResult::Degraded)
+            && !gko_moved(c)
+    };
     let results = u
         .components
         .iter()
@@ -70,11 +85,19 @@ pub(super) fn finish(
             let to = c.to_image.as_deref().and_then(version_of);
             let (status, msg) = match c.state {
                 // GKO itself, after the update, only when it went well.
-                ComponentState::Pending
-                    if c.component_type == ComponentType::Operator
-                        && matches!(result, UpdateResult::Succeeded | UpdateResult::Degraded) =>
-                {
+                ComponentState::Pending if gko_scheduled(c) => {
                     (ComponentResultStatus::Scheduled, c.message.clone())
+                }
+                ComponentState::Pending
+                    if c.component_type == ComponentType::Operator && gko_moved(c) =>
+                {
+                    (
+                        ComponentResultStatus::Skipped,
+                        Some(
+                            "GKO's image was changed during the update; GKO does not update itself"
+                                .into(),
+                        ),
+                    )
                 }
                 ComponentState::Updated => (ComponentResultStatus::Ok, None),
                 ComponentState::RolledBack => {
@@ -138,12 +161,8 @@ pub(super) fn finish(
     };
     let mut status = d.status.clone();
     status.update = None;
-    let gko = u.components.iter().find(|c| {
-        c.component_type == ComponentType::Operator && c.state == ComponentState::Pending
-    });
-    if let Some(c) = gko
+    if let Some(c) = u.components.iter().find(|c| gko_scheduled(c))
         && let Some(to) = &c.to_image
-        && matches!(result, UpdateResult::Succeeded | UpdateResult::Degraded)
     {
         status.self_update = Some(super::selfupdate::scheduled(
             &c.name,
@@ -187,7 +206,7 @@ pub(super) fn finish(
         d.actions.push(super::Action::SelfUpdate {
             name: su.name.clone(),
             container: su.container.clone(),
-            image: su.from_image.clone(),
+            image: None,
             phase: Some(su.phase),
         });
         d.requeue(std::time::Duration::from_millis(10));

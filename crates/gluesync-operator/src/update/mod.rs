@@ -118,12 +118,12 @@ pub enum Action {
     AddFinalizer,
     /// Take GKO's finalizer off: nothing is left to settle (or a deleted platform waited long enough).
     RemoveFinalizer,
-    /// GKO's own Deployment: the image of `container`, and the `gluesync.molo17.com/self-update`
-    /// annotation (`None`: removed), in one write.
+    /// GKO's own Deployment: the image of `container` (`None`: left as it is), and the
+    /// `gluesync.molo17.com/self-update` annotation (`None`: removed), in one write.
     SelfUpdate {
         name: String,
         container: String,
-        image: String,
+        image: Option<String>,
         phase: Option<crate::api::SelfUpdatePhase>,
     },
 }
@@ -446,7 +446,9 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         .as_ref()
         .map(|t| plus(t, gsp.spec.drain_timeout_seconds));
     pipelines::ledger(gsp, obs, &mut d, deadline.as_ref());
-    let settled = d.status.paused_pipelines.is_empty() && d.status.late_maintenance.is_none();
+    let settled = d.status.paused_pipelines.is_empty()
+        && d.status.late_maintenance.is_none()
+        && d.status.self_update.is_none();
     let has_finalizer = gsp.finalizers().iter().any(|f| f == FINALIZER);
     if has_finalizer && (settled || deadline.as_ref().is_some_and(|t| passed(t, &obs.now))) {
         if deleting && !settled {

@@ -62,11 +62,15 @@ pub(super) fn target(
         return None;
     }
     let registry = gsp.spec.image_registry.as_deref();
+    let running = w.version()?.parse::<Version>().ok()?;
     if let Some(pin) = gsp.spec.modules.get(&w.name) {
-        return super::target_image(&w.image, pin, registry);
+        // A pin never takes GKO back (one left from an earlier request, after GKO was upgraded with Helm).
+        let pinned = pin.split('-').next()?.parse::<Version>().ok()?;
+        return (pinned > running)
+            .then(|| super::target_image(&w.image, pin, registry))
+            .flatten();
     }
     let latest = catalog?.get(ImageRef::parse(&w.image).name())?;
-    let running = w.version()?.parse::<Version>().ok()?;
     (latest.parse::<Version>().ok()? > running)
         .then(|| super::target_image(&w.image, latest, registry))
         .flatten()
@@ -78,7 +82,17 @@ fn deployment(su: &SelfUpdate, image: &str, phase: Option<SelfUpdatePhase>) -> A
     Action::SelfUpdate {
         name: su.name.clone(),
         container: su.container.clone(),
-        image: image.to_string(),
+        image: Some(image.to_string()),
+        phase,
+    }
+}
+
+/// The annotation alone (`None`: removed), the image left as it is.
+fn mark(name: &str, container: &str, phase: Option<SelfUpdatePhase>) -> Action {
+    Action::SelfUpdate {
+        name: name.to_string(),
+        container: container.to_string(),
+        image: None,
         phase,
     }
 }
@@ -115,12 +129,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             && w.self_update_mark.is_some()
             && let Some(container) = w.container.clone()
         {
-            d.actions.push(Action::SelfUpdate {
-                name: w.name.clone(),
-                container,
-                image: w.image.clone(),
-                phase: None,
-            });
+            d.actions.push(mark(&w.name, &container, None));
         }
         return;
     };
@@ -133,9 +142,20 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
     };
     let cancel = |d: &mut Decision, su: &SelfUpdate, why: String| {
         d.event(true, "OperatorUpdateCancelled", why.clone());
-        d.actions.push(deployment(su, &w.image, None));
+        d.actions.push(mark(&su.name, &su.container, None));
         end(d, su, ComponentResultStatus::Skipped, why);
     };
+    // A write that never lands (an admission policy refuses the image, say) ends at the timeout.
+    let gave_up = |d: &mut Decision, su: &SelfUpdate, image: &str| {
+        let why = format!(
+            "GKO could not set its own image to {image} within {} s",
+            gsp.spec.stability_timeout_seconds
+        );
+        d.event(true, "OperatorUpdateFailed", why.clone());
+        d.actions.push(mark(&su.name, &su.container, None));
+        end(d, su, ComponentResultStatus::Error, why);
+    };
+    let written_deadline = plus(&su.since, gsp.spec.stability_timeout_seconds);
     let to_version = crate::version::image_version(&su.to_image)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| su.to_image.clone());
@@ -144,8 +164,21 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         .unwrap_or_else(|_| su.from_image.clone());
     let timeout = gsp.spec.stability_timeout_seconds;
     match su.phase {
+        // A deleted platform starts no self-update (its finalizer stays until a started one ends).
+        SelfUpdatePhase::Scheduled if gsp.metadata.deletion_timestamp.is_some() => {
+            cancel(
+                d,
+                &su,
+                "GKO's own update was dropped: the GluesyncPlatform is being deleted".into(),
+            );
+        }
         SelfUpdatePhase::Scheduled | SelfUpdatePhase::RollingOut if off(gsp).is_some() => {
             let why = off(gsp).unwrap_or_default();
+            // GKO undoes its own change (a new image nobody watches any more is not left behind); an image
+            // someone else set stays.
+            if su.phase == SelfUpdatePhase::RollingOut && w.image == su.to_image {
+                d.actions.push(deployment(&su, &su.from_image, None));
+            }
             cancel(d, &su, format!("GKO's own update was dropped: {why}"));
         }
         SelfUpdatePhase::Scheduled => {
@@ -177,12 +210,26 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         }
         SelfUpdatePhase::RollingOut => {
             if w.image == su.from_image {
-                // The status was written, the Deployment not yet: write it.
+                // Image and mark are written together: with the mark on, someone put the old image back
+                // (a GitOps tool without the ignore rule, say); without it, the write has not landed yet.
+                if w.self_update_mark.as_deref() == Some(SelfUpdatePhase::RollingOut.as_str()) {
+                    return cancel(
+                        d,
+                        &su,
+                        format!(
+                            "GKO's own update was dropped: its image was put back to {from_version} by someone else"
+                        ),
+                    );
+                }
+                if passed(&written_deadline, now) {
+                    return gave_up(d, &su, &su.to_image);
+                }
                 d.actions.push(deployment(
                     &su,
                     &su.to_image,
                     Some(SelfUpdatePhase::RollingOut),
                 ));
+                d.requeue(std::time::Duration::from_secs(2));
                 return;
             }
             if w.image != su.to_image {
@@ -226,7 +273,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                 Ok(true) if !i_am_old => {
                     let message = format!("GKO updated to {to_version}");
                     d.event(false, "OperatorUpdated", message.clone());
-                    d.actions.push(deployment(&su, &su.to_image, None));
+                    d.actions.push(mark(&su.name, &su.container, None));
                     d.status.message = Some(message.clone());
                     end(d, &su, ComponentResultStatus::Ok, message);
                 }
@@ -270,11 +317,24 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         }
         SelfUpdatePhase::RollingBack => {
             if w.image == su.to_image {
+                if w.self_update_mark.as_deref() == Some(SelfUpdatePhase::RollingBack.as_str()) {
+                    return cancel(
+                        d,
+                        &su,
+                        format!(
+                            "GKO's rollback was dropped: its image was set to {to_version} again by someone else"
+                        ),
+                    );
+                }
+                if passed(&written_deadline, now) {
+                    return gave_up(d, &su, &su.from_image);
+                }
                 d.actions.push(deployment(
                     &su,
                     &su.from_image,
                     Some(SelfUpdatePhase::RollingBack),
                 ));
+                d.requeue(std::time::Duration::from_secs(2));
                 return;
             }
             if w.image != su.from_image {
@@ -299,7 +359,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                 let message =
                     format!("GKO {to_version} did not come up; GKO is back on {from_version}");
                 d.event(true, "OperatorRolledBack", message.clone());
-                d.actions.push(deployment(&su, &su.from_image, None));
+                d.actions.push(mark(&su.name, &su.container, None));
                 d.status.message = Some(message.clone());
                 end(d, &su, ComponentResultStatus::RolledBack, message);
             } else if passed(&deadline, now) {
@@ -308,7 +368,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                      {to_version} failed"
                 );
                 d.event(true, "OperatorUpdateFailed", message.clone());
-                d.actions.push(deployment(&su, &su.from_image, None));
+                d.actions.push(mark(&su.name, &su.container, None));
                 d.status.message = Some(message.clone());
                 end(d, &su, ComponentResultStatus::Error, message);
             } else {

@@ -253,9 +253,12 @@ impl World {
                     name, image, phase, ..
                 } => {
                     let w = self.workloads.iter_mut().find(|w| &w.name == name).unwrap();
-                    w.image = image.clone();
+                    if let Some(image) = image {
+                        w.image = image.clone();
+                    }
                     w.self_update_mark = phase.map(|p| p.as_str().to_string());
-                    w.ready = w.pods.iter().all(|p| &p.image == image && p.ready);
+                    let image = w.image.clone();
+                    w.ready = w.pods.iter().all(|p| p.image == image && p.ready);
                 }
             }
         }
@@ -1364,4 +1367,145 @@ fn a_new_gko_that_crash_loops_is_rolled_back_at_once() {
         d.events[0].message
     );
     assert_eq!(gko_workload(&world).image, GKO_OLD);
+}
+
+#[test]
+fn an_old_image_put_back_by_someone_else_drops_the_self_update() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    // A GitOps tool without the ignore rule puts the old image back; the mark stays.
+    world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap()
+        .image = GKO_OLD.into();
+    let d = world.step(&mut g, 102);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Skipped);
+    assert_eq!(gko_workload(&world).image, GKO_OLD, "not fought over");
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+}
+
+#[test]
+fn an_image_write_that_never_lands_ends_at_the_timeout() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    // An admission policy refuses the new image: the status says RollingOut, the Deployment never changes.
+    let d = decide(
+        &g,
+        &Observed {
+            now: at(101),
+            workloads: &world.workloads,
+            corehub: &world.hub.report.clone(),
+            catalog: None,
+            target: None,
+            access_problem: None,
+            me: Some(GKO_OLD.into()),
+        },
+    );
+    g.status = Some(d.status);
+    assert_eq!(
+        status(&g).self_update.as_ref().map(|s| s.phase),
+        Some(SelfUpdatePhase::RollingOut)
+    );
+    let refused = |world: &World, g: &GluesyncPlatform, now| {
+        decide(
+            g,
+            &Observed {
+                now: at(now),
+                workloads: &world.workloads,
+                corehub: &Report::default(),
+                catalog: None,
+                target: None,
+                access_problem: None,
+                me: Some(GKO_OLD.into()),
+            },
+        )
+    };
+    let d = refused(&world, &g, 120);
+    assert!(
+        d.events.is_empty() && !d.actions.is_empty(),
+        "written again"
+    );
+    let d = refused(&world, &g, 162);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateFailed"]);
+    g.status = Some(d.status.clone());
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Error);
+    assert!(status(&g).self_update.is_none());
+    world.step(&mut g, 163);
+    assert_eq!(gko_workload(&world).image, GKO_OLD);
+}
+
+#[test]
+fn gko_upgraded_during_the_update_does_not_update_itself() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.1",
+        "modules": {"gluesync-operator": "0.2.0"},
+        "stabilityWindowSeconds": 0,
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    let mut gko = workload("gluesync-operator", "operator", GKO_OLD);
+    gko.kind = WorkloadKind::Deployment;
+    world.workloads.push(gko);
+    world.until(&mut g, 0, Finish);
+    // helm upgrade of GKO while the update ran.
+    world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap()
+        .image = "molo17/gluesync-operator:0.3.0".into();
+    let d = world.step(&mut g, 100);
+    assert!(!reasons(&d.events).contains(&"OperatorUpdateScheduled"));
+    assert!(status(&g).self_update.is_none());
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Skipped);
+    assert_eq!(
+        gko_workload(&world).image,
+        "molo17/gluesync-operator:0.3.0",
+        "left alone"
+    );
+}
+
+#[test]
+fn a_pin_never_takes_gko_back() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2",
+        "modules": {"gluesync-operator": "0.2.0"},
+        "stabilityWindowSeconds": 0,
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    let mut gko = workload(
+        "gluesync-operator",
+        "operator",
+        "molo17/gluesync-operator:0.3.0",
+    );
+    gko.kind = WorkloadKind::Deployment;
+    world.workloads.push(gko);
+    world.until(&mut g, 0, Snapshot);
+    assert!(
+        update(&g)
+            .components
+            .iter()
+            .all(|c| c.name != "gluesync-operator"),
+        "a pin older than what runs plans nothing"
+    );
+}
+
+#[test]
+fn a_deleted_platform_starts_no_self_update_and_keeps_its_finalizer_while_one_runs() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    g.metadata.deletion_timestamp = Some(at(100));
+    let d = world.step(&mut g, 101);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
+    assert_eq!(gko_workload(&world).image, GKO_OLD);
+    // One already rolling out holds the finalizer until it ends.
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    g.metadata.deletion_timestamp = Some(at(101));
+    let d = world.step(&mut g, 102);
+    assert!(
+        !d.actions.contains(&Action::RemoveFinalizer),
+        "{:?}",
+        d.actions
+    );
 }
