@@ -33,6 +33,18 @@ pub struct Writer {
     leadership: Leadership,
 }
 
+/// An update request of the Core Hub UI, as GKO writes it into the spec and the request annotation.
+#[derive(Clone, Copy)]
+pub struct UpdateRequest<'a> {
+    pub version: &'a str,
+    pub modules: &'a BTreeMap<String, String>,
+    /// The new `spec.requestID`.
+    pub id: &'a str,
+    pub channel: crate::api::ReleaseChannel,
+    /// The components the request named; empty: every component.
+    pub ids: &'a [String],
+}
+
 /// A write refused by the API server because the object changed since it was read.
 pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409)
@@ -274,15 +286,20 @@ impl Writer {
     pub async fn write_update_request(
         &self,
         gsp: &GluesyncPlatform,
-        version: &str,
-        modules: &BTreeMap<String, String>,
-        request_id: &str,
-        channel: crate::api::ReleaseChannel,
+        request: &UpdateRequest<'_>,
         caller: &crate::conductor::Caller,
     ) -> Result<GluesyncPlatform, kube::Error> {
+        let UpdateRequest {
+            version,
+            modules,
+            id: request_id,
+            channel,
+            ids,
+        } = *request;
         let request = json!({
             "id": request_id,
             "channel": channel,
+            "ids": ids,
             "username": caller.username,
             "role": caller.role,
         })

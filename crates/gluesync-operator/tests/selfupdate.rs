@@ -297,6 +297,11 @@ async fn gko_updates_itself_last_and_the_new_gko_reports() -> anyhow::Result<()>
         "GKO alone, pinned"
     );
     assert_eq!(g.spec.version, "2.3.2.1", "Core Hub is not asked to move");
+    assert_eq!(
+        image_of(&ns, "statefulset", "gluesync-gluesync-chronos").await?,
+        "molo17/gluesync-chronos:0.3.2",
+        "GKO alone: Chronos, newer in the catalog, stays"
+    );
     let (entry, g) = gko_outcome(&ns).await?;
     let status = g.status.unwrap_or_default();
     assert_eq!(
@@ -507,15 +512,24 @@ async fn under_gitops_gko_never_touches_itself_and_a_hand_change_cancels() -> an
     );
     assert_eq!(annotation(&ns)?, "");
     event_reasons_through(&ns, "OperatorUpdateCancelled").await?;
-    // And the API serves again.
-    gko_test_support::eventually("the API back", Duration::from_secs(30), || {
-        let base = base.clone();
+    // And the API serves again (on whichever GKO runs now: the hand-set image rolled GKO's pod).
+    gko_test_support::eventually("the API back", Duration::from_secs(60), || {
+        let bases: Vec<String> = kubelet
+            .conductor
+            .lock()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect();
         async move {
-            let code = reqwest::get(format!("{base}/health"))
-                .await?
-                .status()
-                .as_u16();
-            Ok((code == 200).then_some(()))
+            for base in bases {
+                if let Ok(r) = reqwest::get(format!("http://{base}/conductor/api/health")).await
+                    && r.status().as_u16() == 200
+                {
+                    return Ok(Some(()));
+                }
+            }
+            Ok(None)
         }
     })
     .await?;

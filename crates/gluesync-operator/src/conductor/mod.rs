@@ -708,7 +708,17 @@ async fn accept_update(
     if let Err(e) = api
         .view
         .writer
-        .write_update_request(&gsp, &version, &modules, &request_id, channel, caller)
+        .write_update_request(
+            &gsp,
+            &crate::writer::UpdateRequest {
+                version: &version,
+                modules: &modules,
+                id: &request_id,
+                channel,
+                ids: &ids,
+            },
+            caller,
+        )
         .await
     {
         return Err(failure(

@@ -390,6 +390,18 @@ pub(crate) struct UiRequest {
     username: Option<String>,
     #[serde(default)]
     role: Option<String>,
+    /// The components the request named ("update one component"); empty: every component.
+    #[serde(default)]
+    ids: Vec<String>,
+}
+
+/// The components a new request of the Core Hub UI named, when it named some: only they move by the
+/// catalog (a pin moves its component whatever asked).
+fn named_components(gsp: &GluesyncPlatform, u: &UpdateStatus) -> Option<Vec<String>> {
+    ui_request(gsp)
+        .filter(|_| u.new_request)
+        .map(|r| r.ids)
+        .filter(|ids| !ids.is_empty())
 }
 
 /// The Core Hub UI's request for the current `spec.requestID`, if that is where it came from.

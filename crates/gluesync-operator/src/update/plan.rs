@@ -225,6 +225,7 @@ pub(super) fn preflight(
     }
     let core_hub_changes =
         core_hub.is_some_and(|w| target_image(&w.image, desired, registry).is_some());
+    let named = super::named_components(gsp, u);
     let mut plan = Vec::new();
     for w in obs.workloads {
         let Some(kind) = w.component_type else {
@@ -235,7 +236,9 @@ pub(super) fn preflight(
         };
         let (to_image, skip_note) = match kind {
             // GKO itself: listed only when it will update itself after this update (see selfupdate).
-            ComponentType::Operator => match super::selfupdate::target(gsp, w, catalog) {
+            ComponentType::Operator => match super::selfupdate::target(gsp, w, catalog)
+                .filter(|_| named.as_ref().is_none_or(|ids| ids.contains(&w.name)))
+            {
                 Some(to) => {
                     let note = format!(
                         "GKO updates itself to {} once this update has ended",
@@ -274,7 +277,11 @@ pub(super) fn preflight(
                                 Some("no pin, and the catalog gave no version".to_string()),
                             ),
                             (Some(latest), Some(running))
-                                if (core_hub_changes || u.new_request)
+                                if (core_hub_changes
+                                    || (u.new_request
+                                        && named
+                                            .as_ref()
+                                            .is_none_or(|ids| ids.contains(&w.name))))
                                     && latest.parse::<Version>().ok()
                                         > running.parse::<Version>().ok() =>
                             {

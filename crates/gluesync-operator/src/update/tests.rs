@@ -1509,3 +1509,50 @@ fn a_deleted_platform_starts_no_self_update_and_keeps_its_finalizer_while_one_ru
         d.actions
     );
 }
+
+#[test]
+fn a_ui_request_naming_components_moves_only_those() {
+    let request = |ids: &str| {
+        let mut g = platform(serde_json::json!({
+            "version": "2.3.2.1",
+            "requestID": "ui-7",
+            "modules": {"gluesync-operator": "0.2.0"},
+        }));
+        g.metadata.annotations = Some(
+            [(
+                crate::api::REQUEST_ANNOTATION.to_string(),
+                format!(r#"{{"id":"ui-7","channel":"ga","ids":{ids}}}"#),
+            )]
+            .into(),
+        );
+        let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+        let mut gko = workload("gluesync-operator", "operator", GKO_OLD);
+        gko.kind = WorkloadKind::Deployment;
+        world.workloads.push(gko);
+        world.until(&mut g, 0, Snapshot);
+        g
+    };
+    // GKO alone: Chronos, newer in the catalog, stays.
+    let g = request(r#"["gluesync-operator"]"#);
+    assert_eq!(planned(&g, "chronos").to_image, None, "not asked for");
+    assert_eq!(
+        planned(&g, "gluesync-operator").to_image.as_deref(),
+        Some(GKO_NEW)
+    );
+    // Chronos alone: GKO stays, even pinned.
+    let g = request(r#"["chronos"]"#);
+    assert_eq!(
+        planned(&g, "chronos").to_image.as_deref(),
+        Some("molo17/gluesync-chronos:0.3.3")
+    );
+    assert!(
+        update(&g)
+            .components
+            .iter()
+            .all(|c| c.name != "gluesync-operator")
+    );
+    // Everything: both.
+    let g = request("[]");
+    assert!(planned(&g, "chronos").to_image.is_some());
+    assert!(planned(&g, "gluesync-operator").to_image.is_some());
+}
