@@ -242,6 +242,17 @@ fn generation(ns: &TestNamespace) -> anyhow::Result<i64> {
         .parse()?)
 }
 
+/// The platform's last update succeeded.
+fn assert_succeeded(g: &gluesync_operator::api::GluesyncPlatform) -> anyhow::Result<()> {
+    let attempt = g
+        .status
+        .as_ref()
+        .and_then(|s| s.last_attempt.as_ref())
+        .context("an attempt")?;
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    Ok(())
+}
+
 fn spec_version(ns: &TestNamespace) -> anyhow::Result<String> {
     ns.kubectl(&["get", "gsp", "gluesync", "-o", "jsonpath={.spec.version}"])
 }
@@ -377,12 +388,7 @@ async fn the_kit_installs_and_helm_upgrade_keeps_what_the_ui_updated() -> anyhow
     let answer: Value = resp.json().await?;
     assert_eq!(status, 200, "{answer}");
     let g = wait_finished(&ns, asked).await?;
-    let attempt = g
-        .status
-        .unwrap_or_default()
-        .last_attempt
-        .context("an attempt")?;
-    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_succeeded(&g)?;
     assert_eq!(
         image_of(&ns, "statefulset", CORE_HUB).await?,
         "molo17/gluesync-core-hub:2.3.2.2"
@@ -438,12 +444,7 @@ async fn under_gitops_a_helm_upgrade_runs_the_update_through_gko() -> anyhow::Re
         "the release keeps the running image"
     );
     let g = wait_finished(&ns, generation(&ns)?).await?;
-    let attempt = g
-        .status
-        .unwrap_or_default()
-        .last_attempt
-        .context("an attempt")?;
-    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_succeeded(&g)?;
     assert_eq!(
         image_of(&ns, "statefulset", CORE_HUB).await?,
         "molo17/gluesync-core-hub:2.3.2.2"

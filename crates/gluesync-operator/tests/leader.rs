@@ -9,19 +9,6 @@ use common::*;
 use gluesync_operator::api::{UpdateResult, UpdateStep};
 use serde_json::json;
 
-fn lease_holder(ns: &gko_test_support::TestNamespace) -> anyhow::Result<String> {
-    Ok(ns
-        .kubectl(&[
-            "get",
-            "lease",
-            "gluesync-operator",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ])?
-        .trim()
-        .to_string())
-}
-
 /// A sample install with the simulator, GKO `gko-a` holding the Lease, and `gko-b` ready beside it.
 async fn two_gkos(
     hint: &str,

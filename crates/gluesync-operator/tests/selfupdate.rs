@@ -172,19 +172,6 @@ fn pod_image(p: &Pod) -> String {
         .unwrap_or_default()
 }
 
-fn lease_holder(ns: &TestNamespace) -> anyhow::Result<String> {
-    Ok(ns
-        .kubectl(&[
-            "get",
-            "lease",
-            "gluesync-operator",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ])?
-        .trim()
-        .to_string())
-}
-
 fn annotation(ns: &TestNamespace) -> anyhow::Result<String> {
     ns.kubectl(&[
         "get",
@@ -193,6 +180,18 @@ fn annotation(ns: &TestNamespace) -> anyhow::Result<String> {
         "-o",
         "jsonpath={.metadata.annotations.gluesync\\.molo17\\.com/self-update}",
     ])
+}
+
+/// Waits until GKO's own update is RollingOut (its image changed).
+async fn rolling_out(ns: &TestNamespace) -> anyhow::Result<()> {
+    wait_for_platform(ns, "RollingOut", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.self_update.as_ref())
+            .is_some_and(|s| s.phase == gluesync_operator::api::SelfUpdatePhase::RollingOut)
+    })
+    .await?;
+    Ok(())
 }
 
 /// GKO's entry in `lastAttempt`, once it is no longer SCHEDULED.
@@ -351,13 +350,7 @@ async fn a_new_gko_that_never_comes_up_is_rolled_back_by_the_old_one() -> anyhow
     let old_pod = lease_holder(&ns)?;
     patch_spec(&ns, json!({"modules": {GKO: "0.2.0-crash"}})).await?;
     // The fault landed: GKO's image was changed to the crashing one.
-    wait_for_platform(&ns, "RollingOut", |g| {
-        g.status
-            .as_ref()
-            .and_then(|s| s.self_update.as_ref())
-            .is_some_and(|s| s.phase == gluesync_operator::api::SelfUpdatePhase::RollingOut)
-    })
-    .await?;
+    rolling_out(&ns).await?;
     let mark = annotation(&ns)?;
     assert!(
         mark == "RollingOut" || mark == "RollingBack",
@@ -467,13 +460,7 @@ async fn under_gitops_gko_never_touches_itself_and_a_hand_change_cancels() -> an
         json!({"updatePolicy": "ui", "modules": {GKO: "0.2.0"}}),
     )
     .await?;
-    wait_for_platform(&ns, "RollingOut", |g| {
-        g.status
-            .as_ref()
-            .and_then(|s| s.self_update.as_ref())
-            .is_some_and(|s| s.phase == gluesync_operator::api::SelfUpdatePhase::RollingOut)
-    })
-    .await?;
+    rolling_out(&ns).await?;
     // Meanwhile the old GKO's Conductor API answers 503 with Retry-After: 60, as the Conductor does during
     // its own update, and keeps its description readable.
     let base = kubelet.conductor(&old_pod).context("the old GKO's API")?;

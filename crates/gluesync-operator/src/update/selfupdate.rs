@@ -156,6 +156,44 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         end(d, su, ComponentResultStatus::Error, why);
     };
     let written_deadline = plus(&su.since, gsp.spec.stability_timeout_seconds);
+    // Makes GKO's Deployment show the phase: `want` as its image (the phase's) with the phase's mark.
+    // Image and mark are written together, so the mark tells a write not yet landed (the other image, no
+    // mark: write it again, until the timeout) from somebody's revert (the other image under the mark:
+    // dropped); any third image drops it too. `true` when the phase may go on.
+    let on_deployment = |d: &mut Decision,
+                         su: &SelfUpdate,
+                         want: &str,
+                         other: &str,
+                         reverted: String,
+                         what: &str| {
+        let marked = w.self_update_mark.as_deref() == Some(su.phase.as_str());
+        if w.image == other {
+            if marked {
+                cancel(d, su, reverted);
+            } else if passed(&written_deadline, now) {
+                gave_up(d, su, want);
+            } else {
+                d.actions.push(deployment(su, want, Some(su.phase)));
+                d.requeue(std::time::Duration::from_secs(2));
+            }
+            return false;
+        }
+        if w.image != want {
+            cancel(
+                d,
+                su,
+                format!(
+                    "{what} was dropped: its image was changed to {} meanwhile",
+                    w.image
+                ),
+            );
+            return false;
+        }
+        if !marked {
+            d.actions.push(deployment(su, want, Some(su.phase)));
+        }
+        true
+    };
     let to_version = crate::version::image_version(&su.to_image)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| su.to_image.clone());
@@ -209,45 +247,18 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             d.status.self_update = Some(su);
         }
         SelfUpdatePhase::RollingOut => {
-            if w.image == su.from_image {
-                // Image and mark are written together: with the mark on, someone put the old image back
-                // (a GitOps tool without the ignore rule, say); without it, the write has not landed yet.
-                if w.self_update_mark.as_deref() == Some(SelfUpdatePhase::RollingOut.as_str()) {
-                    return cancel(
-                        d,
-                        &su,
-                        format!(
-                            "GKO's own update was dropped: its image was put back to {from_version} by someone else"
-                        ),
-                    );
-                }
-                if passed(&written_deadline, now) {
-                    return gave_up(d, &su, &su.to_image);
-                }
-                d.actions.push(deployment(
-                    &su,
-                    &su.to_image,
-                    Some(SelfUpdatePhase::RollingOut),
-                ));
-                d.requeue(std::time::Duration::from_secs(2));
+            let put_back = format!(
+                "GKO's own update was dropped: its image was put back to {from_version} by someone else"
+            );
+            if !on_deployment(
+                d,
+                &su,
+                &su.to_image,
+                &su.from_image,
+                put_back,
+                "GKO's own update",
+            ) {
                 return;
-            }
-            if w.image != su.to_image {
-                return cancel(
-                    d,
-                    &su,
-                    format!(
-                        "GKO's own update was dropped: its image was changed to {} meanwhile",
-                        w.image
-                    ),
-                );
-            }
-            if w.self_update_mark.as_deref() != Some(SelfUpdatePhase::RollingOut.as_str()) {
-                d.actions.push(deployment(
-                    &su,
-                    &su.to_image,
-                    Some(SelfUpdatePhase::RollingOut),
-                ));
             }
             // The new GKO's Deployment gets the stability check of any component (ready on its image for
             // stabilityWindowSeconds with no restart; a crash loop or an image that cannot be pulled fails
@@ -316,43 +327,18 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             }
         }
         SelfUpdatePhase::RollingBack => {
-            if w.image == su.to_image {
-                if w.self_update_mark.as_deref() == Some(SelfUpdatePhase::RollingBack.as_str()) {
-                    return cancel(
-                        d,
-                        &su,
-                        format!(
-                            "GKO's rollback was dropped: its image was set to {to_version} again by someone else"
-                        ),
-                    );
-                }
-                if passed(&written_deadline, now) {
-                    return gave_up(d, &su, &su.from_image);
-                }
-                d.actions.push(deployment(
-                    &su,
-                    &su.from_image,
-                    Some(SelfUpdatePhase::RollingBack),
-                ));
-                d.requeue(std::time::Duration::from_secs(2));
+            let set_again = format!(
+                "GKO's rollback was dropped: its image was set to {to_version} again by someone else"
+            );
+            if !on_deployment(
+                d,
+                &su,
+                &su.from_image,
+                &su.to_image,
+                set_again,
+                "GKO's rollback",
+            ) {
                 return;
-            }
-            if w.image != su.from_image {
-                return cancel(
-                    d,
-                    &su,
-                    format!(
-                        "GKO's rollback was dropped: its image was changed to {} meanwhile",
-                        w.image
-                    ),
-                );
-            }
-            if w.self_update_mark.as_deref() != Some(SelfUpdatePhase::RollingBack.as_str()) {
-                d.actions.push(deployment(
-                    &su,
-                    &su.from_image,
-                    Some(SelfUpdatePhase::RollingBack),
-                ));
             }
             let deadline = plus(&su.since, timeout);
             if w.ready {

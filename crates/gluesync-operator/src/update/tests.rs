@@ -1078,13 +1078,26 @@ fn self_update_scheduled(spec: serde_json::Value) -> (GluesyncPlatform, World, V
     }
     let mut g = platform(base);
     let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
-    let mut gko = workload("gluesync-operator", "operator", GKO_OLD);
-    gko.kind = WorkloadKind::Deployment;
-    world.workloads.push(gko);
+    add_gko(&mut world, GKO_OLD);
     world.me = Some(GKO_OLD.into());
     let mut events = world.until(&mut g, 0, Finish);
     events.extend(world.step(&mut g, 100).events);
     (g, world, events)
+}
+
+/// GKO's own Deployment, running `image`, among the world's workloads.
+fn add_gko(world: &mut World, image: &str) {
+    let mut gko = workload("gluesync-operator", "operator", image);
+    gko.kind = WorkloadKind::Deployment;
+    world.workloads.push(gko);
+}
+
+fn gko_mut(world: &mut World) -> &mut Workload {
+    world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "gluesync-operator")
+        .unwrap()
 }
 
 fn gko_workload(world: &World) -> &Workload {
@@ -1109,11 +1122,7 @@ fn gko_entry(g: &GluesyncPlatform) -> ComponentResultStatus {
 
 /// The new GKO's pod comes up (or not) on the image the Deployment asks for.
 fn gko_pod(world: &mut World, ready: bool) {
-    let w = world
-        .workloads
-        .iter_mut()
-        .find(|w| w.name == "gluesync-operator")
-        .unwrap();
+    let w = gko_mut(world);
     w.pods[0].image = w.image.clone();
     w.pods[0].ready = ready;
     w.ready = ready;
@@ -1214,12 +1223,7 @@ fn a_rollback_that_does_not_come_back_in_time_is_an_error() {
     world.step(&mut g, 101);
     gko_pod(&mut world, false);
     world.step(&mut g, 162);
-    world
-        .workloads
-        .iter_mut()
-        .find(|w| w.name == "gluesync-operator")
-        .unwrap()
-        .ready = false;
+    gko_mut(&mut world).ready = false;
     let d = world.step(&mut g, 223);
     assert_eq!(reasons(&d.events), vec!["OperatorUpdateFailed"]);
     assert_eq!(gko_entry(&g), ComponentResultStatus::Error);
@@ -1230,12 +1234,7 @@ fn a_rollback_that_does_not_come_back_in_time_is_an_error() {
 fn an_image_changed_by_hand_cancels_the_self_update() {
     let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
     world.step(&mut g, 101);
-    world
-        .workloads
-        .iter_mut()
-        .find(|w| w.name == "gluesync-operator")
-        .unwrap()
-        .image = "molo17/gluesync-operator:0.9.9".into();
+    gko_mut(&mut world).image = "molo17/gluesync-operator:0.9.9".into();
     let d = world.step(&mut g, 102);
     assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
     assert_eq!(gko_entry(&g), ComponentResultStatus::Skipped);
@@ -1280,11 +1279,7 @@ fn a_gko_that_died_between_its_status_and_its_deployment_write_finishes_the_writ
     let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
     world.step(&mut g, 101);
     // The status says RollingOut; the Deployment write never happened.
-    let w = world
-        .workloads
-        .iter_mut()
-        .find(|w| w.name == "gluesync-operator")
-        .unwrap();
+    let w = gko_mut(&mut world);
     w.image = GKO_OLD.into();
     w.self_update_mark = Some("Scheduled".into());
     let d = world.step(&mut g, 102);
@@ -1341,11 +1336,7 @@ fn a_gko_that_does_not_know_its_pod_still_ends_the_self_update() {
 fn a_new_gko_that_crash_loops_is_rolled_back_at_once() {
     let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
     world.step(&mut g, 101);
-    let w = world
-        .workloads
-        .iter_mut()
-        .find(|w| w.name == "gluesync-operator")
-        .unwrap();
+    let w = gko_mut(&mut world);
     w.ready = false;
     w.pods.push(PodView {
         name: "gluesync-operator-new".into(),
@@ -1374,12 +1365,7 @@ fn an_old_image_put_back_by_someone_else_drops_the_self_update() {
     let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
     world.step(&mut g, 101);
     // A GitOps tool without the ignore rule puts the old image back; the mark stays.
-    world
-        .workloads
-        .iter_mut()
-        .find(|w| w.name == "gluesync-operator")
-        .unwrap()
-        .image = GKO_OLD.into();
+    gko_mut(&mut world).image = GKO_OLD.into();
     let d = world.step(&mut g, 102);
     assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
     assert_eq!(gko_entry(&g), ComponentResultStatus::Skipped);
@@ -1444,17 +1430,10 @@ fn gko_upgraded_during_the_update_does_not_update_itself() {
         "stabilityWindowSeconds": 0,
     }));
     let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
-    let mut gko = workload("gluesync-operator", "operator", GKO_OLD);
-    gko.kind = WorkloadKind::Deployment;
-    world.workloads.push(gko);
+    add_gko(&mut world, GKO_OLD);
     world.until(&mut g, 0, Finish);
     // helm upgrade of GKO while the update ran.
-    world
-        .workloads
-        .iter_mut()
-        .find(|w| w.name == "gluesync-operator")
-        .unwrap()
-        .image = "molo17/gluesync-operator:0.3.0".into();
+    gko_mut(&mut world).image = "molo17/gluesync-operator:0.3.0".into();
     let d = world.step(&mut g, 100);
     assert!(!reasons(&d.events).contains(&"OperatorUpdateScheduled"));
     assert!(status(&g).self_update.is_none());
@@ -1526,9 +1505,7 @@ fn a_ui_request_naming_components_moves_only_those() {
             .into(),
         );
         let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
-        let mut gko = workload("gluesync-operator", "operator", GKO_OLD);
-        gko.kind = WorkloadKind::Deployment;
-        world.workloads.push(gko);
+        add_gko(&mut world, GKO_OLD);
         world.until(&mut g, 0, Snapshot);
         g
     };

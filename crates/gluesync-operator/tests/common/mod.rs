@@ -480,3 +480,18 @@ pub async fn wait_finished(
     })
     .await
 }
+
+/// Who holds GKO's Lease in the namespace ("" when nobody does).
+#[allow(dead_code)]
+pub fn lease_holder(ns: &TestNamespace) -> anyhow::Result<String> {
+    Ok(ns
+        .kubectl(&[
+            "get",
+            "lease",
+            "gluesync-operator",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])?
+        .trim()
+        .to_string())
+}
