@@ -52,6 +52,32 @@ on: a newer image GKO put on its own Deployment is kept, so that helm upgrade ne
 {{- $image -}}
 {{- end -}}
 
+{{/*
+Disaster recovery: the name of the Secret a setup from the Core Hub UI writes and of the Service GKO makes,
+<platform>-disaster-recovery for the GluesyncPlatform gluesync.
+*/}}
+{{- define "gluesync-operator.drName" -}}
+gluesync-disaster-recovery
+{{- end -}}
+
+{{/*
+The Secrets GKO may read, as a JSON list: the Core Hub credentials and CA, and with disasterRecovery.enabled
+the pair's Secret (the Core Hub UI's, and platform.disasterRecovery.secretName when set). The same list goes
+into GKO_ALLOWED_SECRETS and the Role. Fails when platform.disasterRecovery is set without
+disasterRecovery.enabled: GKO could not read the pair's Secret.
+*/}}
+{{- define "gluesync-operator.allowedSecrets" -}}
+{{- $p := .Values.platform -}}
+{{- $dr := $p.disasterRecovery | default dict -}}
+{{- $names := list $p.coreHub.credentialsSecret $p.coreHub.caSecret -}}
+{{- if .Values.disasterRecovery.enabled -}}
+{{- $names = concat $names (list (include "gluesync-operator.drName" .) (get $dr "secretName")) -}}
+{{- else if $dr -}}
+{{- fail "platform.disasterRecovery needs disasterRecovery.enabled: true (GKO may not read the pair's Secret otherwise)" -}}
+{{- end -}}
+{{- compact $names | uniq | toJson -}}
+{{- end -}}
+
 {{/* The Conductor API's TLS Secret. */}}
 {{- define "gluesync-operator.tlsSecret" -}}
 {{- default (printf "%s-conductor-tls" (include "gluesync-operator.fullname" .)) .Values.conductor.tls.secretName -}}
@@ -80,6 +106,17 @@ and by the Gluesync kit.
 {{- $requestID := dig "spec" "requestID" $p.requestID $live -}}
 {{- if and (eq .policy "gitops") $p.requestID -}}
 {{- $requestID = $p.requestID -}}
+{{- end -}}
+{{- /* disasterRecovery: under ui the live value once the platform exists (the Core Hub UI sets the pair up and
+takes it down; the values seed the first install), under gitops the values. */ -}}
+{{- $dr := $p.disasterRecovery | default dict -}}
+{{- if $dr -}}
+{{- /* With the defaults the API server would fill in, so that what is rendered is what runs (Argo CD's diff). */ -}}
+{{- $service := merge (deepCopy ($dr.service | default dict)) (dict "type" "LoadBalancer") -}}
+{{- $dr = merge (dict "service" $service) (deepCopy $dr) (dict "replicationPort" 1718 "controlPort" 1719) -}}
+{{- end -}}
+{{- if and (eq .policy "ui") $live -}}
+{{- $dr = dig "spec" "disasterRecovery" (dict) $live -}}
 {{- end -}}
 {{- if not $version -}}
 {{- fail "platform.version (the kit: gluesyncCoreHub.tag) is required: the Core Hub version of the first install, for example 2.3.2.2" -}}
@@ -136,4 +173,8 @@ spec:
   stabilityTimeoutSeconds: {{ $p.stabilityTimeoutSeconds }}
   selfUpdate:
     enabled: {{ .selfUpdate }}
+  {{- with $dr }}
+  disasterRecovery:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end -}}

@@ -51,6 +51,10 @@ pub struct Workload {
     pub pods: Vec<PodView>,
     /// GKO's own Deployment: the phase in its `gluesync.molo17.com/self-update` annotation, if any.
     pub self_update_mark: Option<String>,
+    /// Its pod template, as the workload's spec has it (what a disaster-recovery setup changes).
+    pub template: Box<PodTemplateSpec>,
+    /// Its `spec.selector.matchLabels`: the pods a Service in front of it selects.
+    pub selector: std::collections::BTreeMap<String, String>,
 }
 
 /// A pod of a managed workload, as the stability check reads it.
@@ -66,6 +70,9 @@ pub struct PodView {
     pub waiting: Option<(String, String)>,
     /// Restart count of the managed container.
     pub restarts: i32,
+    /// The disaster-recovery setup its template carried (its `gluesync.molo17.com/disaster-recovery`
+    /// annotation), if any.
+    pub dr_mark: Option<String>,
 }
 
 impl PodView {
@@ -106,6 +113,7 @@ impl PodView {
             ready,
             waiting,
             restarts: cs.map_or(0, |c| c.restart_count),
+            dr_mark: pod.annotations().get(crate::api::DR_ANNOTATION).cloned(),
         })
     }
 }
@@ -174,6 +182,7 @@ impl Workload {
             &spec.template,
             ready,
         );
+        w.selector = spec.selector.match_labels.clone().unwrap_or_default();
         let strategy = spec.update_strategy.as_ref();
         let partition = strategy
             .and_then(|s| s.rolling_update.as_ref())
@@ -221,6 +230,7 @@ impl Workload {
             &spec.template,
             ready,
         );
+        w.selector = spec.selector.match_labels.clone().unwrap_or_default();
         // The conditions describe the generation the controller last saw: until it has seen the current
         // one, a ProgressDeadlineExceeded is the verdict on an earlier rollout.
         let current = status.observed_generation == deploy.metadata.generation;
@@ -273,7 +283,19 @@ impl Workload {
             rollout_blocker: None,
             pods: Vec::new(),
             self_update_mark: None,
+            template: Box::new(template.clone()),
+            selector: Default::default(),
         }
+    }
+
+    /// The disaster-recovery setup its pod template carries, if any.
+    pub fn dr_mark(&self) -> Option<&str> {
+        self.template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(crate::api::DR_ANNOTATION))
+            .map(String::as_str)
     }
 
     /// The pod is this workload's: [`owner_of`] names its kind and name and, for a StatefulSet, the

@@ -17,12 +17,18 @@ use kube::{
 use tracing::{info, instrument, warn};
 
 use crate::{
-    api::{GluesyncPlatform, GluesyncPlatformStatus, UpdateStep},
+    api::{
+        DisasterRecoveryComponentState, DisasterRecoveryPhase, GluesyncPlatform,
+        GluesyncPlatformStatus, UpdateStep,
+    },
     background::Tasks,
     catalog::{Answer, Check},
     corehub::{Report, Target, Work},
     spill::{self, NotYet},
-    update::{self, Action, Observed},
+    update::{
+        self, Action, Observed,
+        disaster::{self, DrObjects, SecretState},
+    },
     view::View,
     writer::{is_conflict, is_not_leader},
 };
@@ -69,19 +75,55 @@ fn now() -> Time {
 /// How many steps one reconcile may take in a row before it lets others run.
 const STEPS_PER_RECONCILE: usize = 32;
 
-/// A test hook: with `GKO_PAUSE_AFTER_STATUS_WRITE=<step>`, the process writes `fault point hit` to
-/// standard error and stops acting right after the status write that enters that step, before the
-/// actions and the background work that follow it, so a test can kill it exactly there.
+/// A test hook: with `GKO_PAUSE_AFTER_STATUS_WRITE=<position>`, the process writes `fault point hit` to
+/// standard error and stops acting right after the status write that enters that position, before the
+/// actions and the background work that follow it, so a test can kill it exactly there. A position is
+/// an update's step (`Drain`), or a disaster-recovery phase with the workload being changed
+/// (`DR:SettingUp:0:RollingOut`, `DR:Active`).
 fn fault_point(before: Option<&GluesyncPlatformStatus>, after: &GluesyncPlatformStatus) -> bool {
     let Ok(wanted) = std::env::var("GKO_PAUSE_AFTER_STATUS_WRITE") else {
         return false;
     };
-    let step = |s: Option<&GluesyncPlatformStatus>| {
-        s.and_then(|s| s.update.as_ref())
-            .map(|u| format!("{:?}", u.step.name()))
-    };
-    let entered = step(Some(after));
-    entered.as_deref() == Some(wanted.as_str()) && step(before) != entered
+    let entered = position(Some(after));
+    entered.as_deref() == Some(wanted.as_str()) && position(before) != entered
+}
+
+/// Where a status stands, for [`fault_point`].
+fn position(s: Option<&GluesyncPlatformStatus>) -> Option<String> {
+    let s = s?;
+    if let Some(u) = &s.update {
+        return Some(format!("{:?}", u.step.name()));
+    }
+    let dr = s.disaster_recovery.as_ref()?;
+    let moving = dr
+        .components
+        .iter()
+        .enumerate()
+        .find(|(_, c)| {
+            matches!(
+                c.state,
+                DisasterRecoveryComponentState::RollingOut
+                    | DisasterRecoveryComponentState::Restoring
+            )
+        })
+        .map(|(i, c)| format!(":{i}:{:?}", c.state))
+        .unwrap_or_else(|| {
+            // Every workload changed (or put back): the Service (or the clean-up) is next.
+            let all =
+                |state| !dr.components.is_empty() && dr.components.iter().all(|c| c.state == state);
+            match dr.phase {
+                DisasterRecoveryPhase::SettingUp if all(DisasterRecoveryComponentState::Ready) => {
+                    ":Service".into()
+                }
+                DisasterRecoveryPhase::TearingDown | DisasterRecoveryPhase::RollingBack
+                    if all(DisasterRecoveryComponentState::Restored) =>
+                {
+                    ":Cleanup".into()
+                }
+                _ => String::new(),
+            }
+        });
+    Some(format!("DR:{}{moving}", dr.phase.as_str()))
 }
 
 #[instrument(skip_all, fields(gsp = %gsp.name_any()))]
@@ -121,6 +163,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
     }
     let uid = gsp.uid().unwrap_or_default();
     for _ in 0..STEPS_PER_RECONCILE {
+        let dr = dr_objects(view, &gsp).await.map_err(Error::Read)?;
         let workloads = view.workloads();
         let report = ctx.corehub.report(&uid);
         let access_problem = view.access.problem(&gsp, &workloads, &view.namespace);
@@ -144,6 +187,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                         .find(|p| &p.name == pod)
                         .map(|p| p.image.clone())
                 }),
+                dr,
             },
         );
 
@@ -347,6 +391,26 @@ async fn execute(
                 .await
                 .map_err(|e| warn!(deployment = %name, error = %e, "writing GKO's own Deployment failed; retrying"))?;
         }
+        Action::PatchWorkload { kind, name, patch } => {
+            info!(workload = %name, "changing the pod template for disaster recovery");
+            writer
+                .patch_workload(ns, kind, &name, &patch)
+                .await
+                .map_err(|e| warn!(workload = %name, error = %e, "changing the pod template failed; retrying"))?;
+        }
+        Action::ApplyService(service) => {
+            info!(service = %service.name_any(), "writing the disaster-recovery Service");
+            writer.apply_service(&service).await.map_err(
+                |e| warn!(error = %e, "writing the disaster-recovery Service failed; retrying"),
+            )?;
+        }
+        Action::DeleteMade(kind, name) => {
+            info!(?kind, %name, "deleting what the disaster-recovery setup made");
+            writer
+                .delete_made(ns, kind, &name)
+                .await
+                .map_err(|e| warn!(?kind, %name, error = %e, "deleting failed; retrying"))?;
+        }
         Action::DeletePod(pod) => {
             info!(%pod, "deleting a pod of the failed revision");
             writer
@@ -370,6 +434,71 @@ async fn execute(
         }
     }
     Ok(None)
+}
+
+/// The disaster-recovery Secret and Service, read when a setup is wanted or in place (never the
+/// Secret's material: only whether it holds some).
+async fn dr_objects(view: &View, gsp: &GluesyncPlatform) -> Result<DrObjects, kube::Error> {
+    use k8s_openapi::api::core::v1::{Secret, Service};
+    let wanted = gsp.spec.disaster_recovery.as_ref();
+    let reached = gsp
+        .status
+        .as_ref()
+        .and_then(|s| s.disaster_recovery.as_ref());
+    let restoring = reached.is_some_and(|r| {
+        matches!(
+            r.phase,
+            DisasterRecoveryPhase::RollingBack | DisasterRecoveryPhase::TearingDown
+        )
+    });
+    let name = match (wanted, reached) {
+        (_, Some(r)) if restoring => r.secret_name.clone(),
+        (Some(w), _) => disaster::secret_name(gsp, w),
+        (None, Some(r)) => r.secret_name.clone(),
+        (None, None) => return Ok(DrObjects::default()),
+    };
+    let client = view.writer.client().clone();
+    let secret = if !view.access.secret_allowed(&name) {
+        SecretState::NotAllowed
+    } else {
+        match Api::<Secret>::namespaced(client.clone(), &view.namespace)
+            .get_opt(&name)
+            .await
+        {
+            Ok(None) => SecretState::Missing,
+            Ok(Some(secret)) => {
+                let has_key = secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(crate::api::DR_SECRET_KEY))
+                    .is_some_and(|v| !v.0.is_empty());
+                let made_by_gko = secret
+                    .labels()
+                    .get(disaster::MANAGED_BY.0)
+                    .map(String::as_str)
+                    == Some(disaster::MANAGED_BY.1)
+                    && secret
+                        .owner_references()
+                        .iter()
+                        .any(|o| Some(&o.uid) == gsp.metadata.uid.as_ref());
+                if has_key {
+                    SecretState::Present { made_by_gko }
+                } else if made_by_gko {
+                    // Still GKO's to remove.
+                    SecretState::Present { made_by_gko }
+                } else {
+                    SecretState::NoKey
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 => SecretState::NotAllowed,
+            Err(e) => SecretState::Unreadable(e.to_string()),
+        }
+    };
+    let service = Api::<Service>::namespaced(client, &view.namespace)
+        .get_opt(&disaster::service_name(gsp))
+        .await?
+        .is_some();
+    Ok(DrObjects { secret, service })
 }
 
 pub fn error_policy(gsp: Arc<GluesyncPlatform>, error: &Error, ctx: Arc<Context>) -> Requeue {

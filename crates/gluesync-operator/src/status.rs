@@ -333,6 +333,8 @@ mod tests {
             progress_deadline_exceeded: false,
             rollout_blocker: None,
             self_update_mark: None,
+            template: Box::default(),
+            selector: Default::default(),
             pods: vec![],
         }
     }

@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::{ConfigMap, ObjectReference, Pod},
+    core::v1::{ConfigMap, ObjectReference, Pod, Secret, Service},
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -43,6 +43,13 @@ pub struct UpdateRequest<'a> {
     pub channel: crate::api::ReleaseChannel,
     /// The components the request named; empty: every component.
     pub ids: &'a [String],
+}
+
+/// Objects GKO makes for a disaster-recovery pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Made {
+    Service,
+    Secret,
 }
 
 /// A write refused by the API server because the object changed since it was read.
@@ -219,6 +226,98 @@ impl Writer {
             .map(|_| ())
     }
 
+    /// Changes a managed workload's pod template with a strategic merge patch (a disaster-recovery
+    /// setup, or putting one back).
+    pub async fn patch_workload(
+        &self,
+        namespace: &str,
+        kind: WorkloadKind,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        self.gate()?;
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        self.metrics.workload_writes.inc();
+        match kind {
+            WorkloadKind::StatefulSet => {
+                Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
+                    .patch(name, &params, &Patch::Strategic(patch))
+                    .await
+                    .map(|_| ())
+            }
+            WorkloadKind::Deployment => {
+                Api::<Deployment>::namespaced(self.client.clone(), namespace)
+                    .patch(name, &params, &Patch::Strategic(patch))
+                    .await
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// Writes the disaster-recovery Service (server-side apply, GKO's field manager, forced).
+    pub async fn apply_service(&self, service: &Service) -> Result<(), kube::Error> {
+        self.gate()?;
+        let ns = service.namespace().unwrap_or_default();
+        let mut body = serde_json::to_value(service).map_err(kube::Error::SerdeError)?;
+        body["apiVersion"] = json!("v1");
+        body["kind"] = json!("Service");
+        self.metrics.workload_writes.inc();
+        Api::<Service>::namespaced(self.client.clone(), &ns)
+            .patch(
+                &service.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Writes the Secret of a disaster-recovery pair (server-side apply, GKO's field manager, forced).
+    /// The material is never logged.
+    pub async fn apply_secret(&self, secret: &Secret) -> Result<(), kube::Error> {
+        self.gate()?;
+        let ns = secret.namespace().unwrap_or_default();
+        let mut body = serde_json::to_value(secret).map_err(kube::Error::SerdeError)?;
+        body["apiVersion"] = json!("v1");
+        body["kind"] = json!("Secret");
+        self.metrics.workload_writes.inc();
+        Api::<Secret>::namespaced(self.client.clone(), &ns)
+            .patch(
+                &secret.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes a Service or a Secret GKO made; one already gone is fine.
+    pub async fn delete_made(
+        &self,
+        namespace: &str,
+        kind: Made,
+        name: &str,
+    ) -> Result<(), kube::Error> {
+        self.gate()?;
+        let result = match kind {
+            Made::Service => Api::<Service>::namespaced(self.client.clone(), namespace)
+                .delete(name, &Default::default())
+                .await
+                .map(|_| ()),
+            Made::Secret => Api::<Secret>::namespaced(self.client.clone(), namespace)
+                .delete(name, &Default::default())
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            other => other,
+        }
+    }
+
     /// Deletes a ConfigMap of a pipeline list no status names any more.
     pub async fn delete_configmap(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
         self.gate()?;
@@ -357,6 +456,7 @@ impl Writer {
         note: String,
     ) -> Result<(), kube::Error> {
         self.gate()?;
+        let note = fit_note(note);
         let reference: ObjectReference = gsp.object_ref(&());
         self.metrics.events.inc();
         self.recorder
@@ -377,6 +477,19 @@ impl Writer {
 /// The `action` of an event: the recorder makes one series of events that share their action (with the
 /// reason and the object) and keeps the first one's message, so the action carries the message. Without
 /// it, the second update's `UpdateStarted` would show the first one's message with a count of 2.
+/// The API server refuses an event whose note is over 1024 bytes: a longer one is cut, and says so.
+fn fit_note(note: String) -> String {
+    const MAX: usize = 1024;
+    if note.len() <= MAX {
+        return note;
+    }
+    let mut end = MAX - " [...]".len();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} [...]", &note[..end])
+}
+
 fn series_action(reason: &str, note: &str) -> String {
     use std::hash::{Hash, Hasher};
     // A stable hash (not RandomState): the same message maps to the same series across restarts.
@@ -391,7 +504,17 @@ fn series_action(reason: &str, note: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::series_action;
+    use super::{fit_note, series_action};
+
+    #[test]
+    fn a_long_note_is_cut_to_what_the_api_server_takes() {
+        let long = "é".repeat(700);
+        let cut = fit_note(long.clone());
+        assert!(cut.len() <= 1024, "{}", cut.len());
+        assert!(cut.ends_with(" [...]"));
+        assert!(long.starts_with(cut.trim_end_matches(" [...]")));
+        assert_eq!(fit_note("short".into()), "short");
+    }
 
     #[test]
     fn a_new_message_is_a_new_series() {

@@ -96,6 +96,8 @@ fn workload(kind: WorkloadKind, name: &str, label: &str, image: &str) -> Workloa
         progress_deadline_exceeded: false,
         rollout_blocker: None,
         self_update_mark: None,
+        template: Box::default(),
+        selector: Default::default(),
         pods: vec![],
     }
 }
@@ -154,6 +156,7 @@ fn decided(g: &GluesyncPlatform, workloads: &[Workload]) -> GluesyncPlatform {
         target: None,
         access_problem: Access::default().problem(g, workloads, "gluesync"),
         me: None,
+        dr: Default::default(),
     };
     let mut out = g.clone();
     out.status = Some(update::decide(g, &obs).status);

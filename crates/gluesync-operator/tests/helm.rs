@@ -504,6 +504,12 @@ async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Res
         "leases.coordination.k8s.io [] [] [get create update]",
         "pods [] [] [get list watch delete]",
         "secrets [] [corehub-credentials] [get]",
+        // Disaster recovery (disasterRecovery.enabled, the default): the pair's Secret and Service by
+        // name, and create, which cannot be limited to a name.
+        "secrets [] [gluesync-disaster-recovery] [get patch delete]",
+        "services [] [gluesync-disaster-recovery] [get patch delete]",
+        "secrets [] [] [create]",
+        "services [] [] [create]",
         "statefulsets.apps [] [] [get list watch patch]",
     ];
     for e in expected {
@@ -533,6 +539,18 @@ async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Res
     }
     let (can, _) = ns.kubectl_status(&["auth", "can-i", "get", "secrets", "--as", &who], None)?;
     assert!(!can, "no Secret but those it uses");
+    for (verb, what, allowed) in [
+        ("get", "secret/gluesync-disaster-recovery", true),
+        ("delete", "secret/gluesync-disaster-recovery", true),
+        ("delete", "service/gluesync-disaster-recovery", true),
+        ("get", "secret/db-password", false),
+        ("delete", "secret/corehub-credentials", false),
+        ("patch", "service/gluesync-gluesync-core-hub", false),
+        ("list", "services", false),
+    ] {
+        let (can, _) = ns.kubectl_status(&["auth", "can-i", verb, what, "--as", &who], None)?;
+        assert_eq!(can, allowed, "{verb} {what}");
+    }
     Ok(())
 }
 
@@ -591,5 +609,553 @@ async fn uninstall_keeps_the_record_and_a_reinstall_resumes_what_was_paused() ->
             .all(|id| id.starts_with("kept-in-maintenance"))
     );
     drop(gko);
+    Ok(())
+}
+
+// Disaster recovery: a pair set up by hand with the kit's values, and what GKO's chart lets GKO do for a
+// setup from the Core Hub UI (docs/disaster-recovery.md).
+
+/// A shared secret for the tests (32 characters and more, no spaces).
+const SHARED_SECRET: &str = "dr-test-0123456789abcdef0123456789abcdef";
+
+/// The kit's values of a pair set up by hand: this site is the secondary of `site-a.example.com`.
+const BY_HAND: [&str; 4] = [
+    "disasterRecovery.enabled=true",
+    "disasterRecovery.role=secondary",
+    "disasterRecovery.peerAddress=site-a.example.com",
+    "disasterRecovery.sharedSecret=dr-test-0123456789abcdef0123456789abcdef",
+];
+
+/// `helm template gluesync <chart>` with these `--set` values, without the cluster (`lookup` finds
+/// nothing): the objects it renders.
+fn template(chart: &str, sets: &[&str]) -> anyhow::Result<Vec<Value>> {
+    use serde::Deserialize;
+    let mut cmd = gko_test_support::control_plane().command("helm");
+    cmd.args(["template", "gluesync", chart]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        bail!(
+            "helm template {chart} {sets:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut objects = vec![];
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc)?;
+        if !v.is_null() {
+            objects.push(v);
+        }
+    }
+    Ok(objects)
+}
+
+/// The object of this kind and name among `objects`.
+fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+/// The environment, ports, mounts and volumes of a disaster-recovery setup, and GKO's annotation.
+type DrParts = (
+    Vec<Value>,
+    Vec<Value>,
+    Vec<Value>,
+    Vec<Value>,
+    Option<Value>,
+);
+
+/// What a disaster-recovery setup puts on a workload's pod template, as GKO writes it (its managed
+/// container is the first): the `GLUESYNC_DR_*` environment, the two ports, the mount, the volume, and
+/// GKO's annotation.
+fn dr_parts(workload: &Value) -> DrParts {
+    let template = &workload["spec"]["template"];
+    let container = &template["spec"]["containers"][0];
+    let items = |v: &Value, keep: &dyn Fn(&Value) -> bool| -> Vec<Value> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| keep(x))
+            .cloned()
+            .collect()
+    };
+    let env = items(&container["env"], &|e| {
+        e["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("GLUESYNC_DR_"))
+    });
+    let ports = items(&container["ports"], &|p| {
+        p["name"] == "dr-replication" || p["name"] == "dr-control"
+    });
+    let mounts = items(&container["volumeMounts"], &|m| {
+        m["name"] == "gluesync-disaster-recovery"
+            || m["mountPath"] == "/opt/gluesync/disaster-recovery"
+    });
+    let volumes = items(&template["spec"]["volumes"], &|v| {
+        v["name"] == "gluesync-disaster-recovery"
+    });
+    let mark = template["metadata"]["annotations"]
+        .get("gluesync.molo17.com/disaster-recovery")
+        .cloned();
+    (env, ports, mounts, volumes, mark)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kit_sets_up_a_disaster_recovery_pair_by_hand_with_gkos_names() -> anyhow::Result<()> {
+    let kit = kit()?;
+    let mut by_hand: Vec<&str> = BY_HAND.to_vec();
+    by_hand.extend([
+        "disasterRecovery.service.type=NodePort",
+        "disasterRecovery.service.externalTrafficPolicy=Local",
+    ]);
+    // Installed: the API server accepts everything the kit renders.
+    let (ns, _sim) = install_kit("helm-dr-kit", &by_hand).await?;
+    let mut lint = vec!["lint", "--strict", kit.as_str()];
+    for s in &by_hand {
+        lint.extend(["--set", s]);
+    }
+    helm(&ns, &lint)?;
+
+    // Core Hub and Chronos carry exactly what GKO's setup gives them, with GKO's names.
+    let secret = "gluesync-gluesync-disaster-recovery";
+    for sts in [CORE_HUB, "gluesync-gluesync-chronos"] {
+        let live: Value =
+            serde_json::from_str(&ns.kubectl(&["get", "statefulset", sts, "-o", "json"])?)?;
+        let (env, ports, mounts, volumes, mark) = dr_parts(&live);
+        assert_eq!(
+            env,
+            [
+                json!({"name": "GLUESYNC_DR_ENABLED", "value": "true"}),
+                json!({"name": "GLUESYNC_DR_ROLE", "value": "secondary"}),
+                json!({"name": "GLUESYNC_DR_PEER_ADDRESS", "value": "site-a.example.com"}),
+                json!({"name": "GLUESYNC_DR_REPLICATION_PORT", "value": "1718"}),
+                json!({"name": "GLUESYNC_DR_CONTROL_PORT", "value": "1719"}),
+                json!({"name": "GLUESYNC_DR_SECRET_FILE", "value": "/opt/gluesync/disaster-recovery/sharedSecret"}),
+            ],
+            "{sts}"
+        );
+        assert_eq!(
+            ports,
+            [
+                json!({"name": "dr-replication", "containerPort": 1718, "protocol": "TCP"}),
+                json!({"name": "dr-control", "containerPort": 1719, "protocol": "TCP"}),
+            ],
+            "{sts}"
+        );
+        assert_eq!(
+            mounts,
+            [
+                json!({"name": "gluesync-disaster-recovery", "mountPath": "/opt/gluesync/disaster-recovery", "readOnly": true})
+            ],
+            "{sts}"
+        );
+        assert_eq!(
+            volumes,
+            [
+                json!({"name": "gluesync-disaster-recovery", "secret": {"secretName": secret, "defaultMode": 256}})
+            ],
+            "{sts}"
+        );
+        assert_eq!(
+            mark, None,
+            "{sts}: the annotation that marks GKO's setups is GKO's alone"
+        );
+        // The container's own port is still there.
+        assert_eq!(
+            live["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+            1717
+        );
+    }
+    // The other modules get none of it.
+    for deploy in ["gluesync-gluesync-grafana", "gluesync-gluesync-prometheus"] {
+        let live: Value =
+            serde_json::from_str(&ns.kubectl(&["get", "deployment", deploy, "-o", "json"])?)?;
+        let (env, ports, mounts, volumes, _) = dr_parts(&live);
+        assert!(
+            env.is_empty() && ports.is_empty() && mounts.is_empty() && volumes.is_empty(),
+            "{deploy}: {live}"
+        );
+    }
+    // The Secret holds the shared secret under sharedSecret; it is not GKO's.
+    let s: Value = serde_json::from_str(&ns.kubectl(&["get", "secret", secret, "-o", "json"])?)?;
+    let encoded = s["data"]["sharedSecret"].as_str().context("sharedSecret")?;
+    let decoded = std::process::Command::new("sh")
+        .args(["-c", &format!("printf %s '{encoded}' | base64 -d")])
+        .output()?;
+    assert_eq!(String::from_utf8_lossy(&decoded.stdout), SHARED_SECRET);
+    assert_ne!(
+        s["metadata"]["labels"]["app.kubernetes.io/managed-by"], "gluesync-operator",
+        "the kit's Secret is not GKO's to delete"
+    );
+
+    // The Service publishes 1718 and 1719 (TCP) in front of Core Hub's pods, and of those alone.
+    let svc: Value = serde_json::from_str(&ns.kubectl(&["get", "service", secret, "-o", "json"])?)?;
+    assert_eq!(svc["spec"]["type"], "NodePort");
+    assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
+    let ports: Vec<Value> = svc["spec"]["ports"]
+        .as_array()
+        .context("ports")?
+        .iter()
+        .map(|p| {
+            json!({"name": p["name"], "port": p["port"], "targetPort": p["targetPort"], "protocol": p["protocol"]})
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            json!({"name": "dr-replication", "port": 1718, "targetPort": 1718, "protocol": "TCP"}),
+            json!({"name": "dr-control", "port": 1719, "targetPort": 1719, "protocol": "TCP"}),
+        ]
+    );
+    let core: Value =
+        serde_json::from_str(&ns.kubectl(&["get", "statefulset", CORE_HUB, "-o", "json"])?)?;
+    assert_eq!(
+        svc["spec"]["selector"], core["spec"]["selector"]["matchLabels"],
+        "the Service selects Core Hub's pods"
+    );
+    let selector = svc["spec"]["selector"]
+        .as_object()
+        .context("selector")?
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods = gko_test_support::eventually("Core Hub's pod", Duration::from_secs(60), || async {
+        let names = ns.kubectl(&["get", "pods", "-l", &selector, "-o", "name"])?;
+        Ok((!names.trim().is_empty()).then_some(names))
+    })
+    .await?;
+    assert_eq!(
+        pods.trim(),
+        format!("pod/{CORE_HUB}-0"),
+        "Core Hub's pods alone"
+    );
+
+    // Never both ways: with a setup made through GKO in place, the kit refuses to render the by-hand one.
+    ns.kubectl(&[
+        "patch",
+        "gsp",
+        "gluesync",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"disasterRecovery":{"role":"primary","peerAddress":"site-b.example.com"}}}"#,
+    ])?;
+    let sim = simulator().await?;
+    let refused = helm_kit(&ns, &["upgrade", "--reuse-values"], &sim, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("made through GKO"), "{refused}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kit_renders_no_disaster_recovery_unless_enabled() -> anyhow::Result<()> {
+    let kit = kit()?;
+    let off = template(&kit, &[])?;
+    let on = template(&kit, &BY_HAND)?;
+    for (objects, enabled) in [(&off, false), (&on, true)] {
+        for sts in [CORE_HUB, "gluesync-gluesync-chronos"] {
+            let w = object(objects, "StatefulSet", sts).context(sts)?;
+            let (env, ports, mounts, volumes, mark) = dr_parts(w);
+            assert_eq!(env.len(), if enabled { 6 } else { 0 }, "{sts} {env:?}");
+            assert_eq!(ports.len(), if enabled { 2 } else { 0 }, "{sts} {ports:?}");
+            assert_eq!(mounts.len(), usize::from(enabled), "{sts}");
+            assert_eq!(volumes.len(), usize::from(enabled), "{sts}");
+            assert_eq!(mark, None);
+        }
+        for kind in ["Secret", "Service"] {
+            assert_eq!(
+                object(objects, kind, "gluesync-gluesync-disaster-recovery").is_some(),
+                enabled,
+                "{kind}"
+            );
+        }
+    }
+    // A Secret of the user's: mounted, and none rendered.
+    let mut existing: Vec<&str> = BY_HAND[..3].to_vec();
+    existing.push("disasterRecovery.existingSecret=gluesync-dr-pair");
+    let objects = template(&kit, &existing)?;
+    assert!(object(&objects, "Secret", "gluesync-gluesync-disaster-recovery").is_none());
+    let (.., volumes, _) = dr_parts(object(&objects, "StatefulSet", CORE_HUB).context("core hub")?);
+    assert_eq!(volumes[0]["secret"]["secretName"], "gluesync-dr-pair");
+    // Values GKO would refuse are refused, and so is GKO's own Secret.
+    for (bad, says) in [
+        ("disasterRecovery.role=tertiary", "disasterRecovery.role"),
+        (
+            "disasterRecovery.peerAddress=",
+            "disasterRecovery.peerAddress",
+        ),
+        ("disasterRecovery.sharedSecret=short", "sharedSecret"),
+        ("disasterRecovery.controlPort=1718", "must differ"),
+        (
+            "disasterRecovery.existingSecret=gluesync-dr-pair",
+            "not both",
+        ),
+    ] {
+        let mut sets = BY_HAND.to_vec();
+        sets.push(bad);
+        let err = template(&kit, &sets).unwrap_err().to_string();
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+    let mut gkos: Vec<&str> = BY_HAND[..3].to_vec();
+    gkos.push("disasterRecovery.existingSecret=gluesync-disaster-recovery");
+    let err = template(&kit, &gkos).unwrap_err().to_string();
+    assert!(err.contains("GKO's setup"), "{err}");
+    // Never both ways: a pair declared for GKO and one set up by hand exclude each other.
+    let mut both = BY_HAND.to_vec();
+    both.extend([
+        "operator.platform.disasterRecovery.role=primary",
+        "operator.platform.disasterRecovery.peerAddress=site-b.example.com",
+    ]);
+    let err = template(&kit, &both).unwrap_err().to_string();
+    assert!(err.contains("exclude each other"), "{err}");
+    Ok(())
+}
+
+/// The Role's rules on `resource`, as (resourceNames, verbs).
+fn rules_on(objects: &[Value], resource: &str) -> Vec<(Vec<String>, Vec<String>)> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(String::from))
+            .collect()
+    };
+    objects
+        .iter()
+        .filter(|o| o["kind"] == "Role")
+        .flat_map(|role| role["rules"].as_array().cloned().unwrap_or_default())
+        .filter(|r| {
+            r["apiGroups"] == json!([""]) && strings(&r["resources"]).iter().any(|x| x == resource)
+        })
+        .map(|r| (strings(&r["resourceNames"]), strings(&r["verbs"])))
+        .collect()
+}
+
+/// GKO's `GKO_ALLOWED_SECRETS`, as its Deployment sets it.
+fn allowed_secrets(objects: &[Value]) -> anyhow::Result<Vec<String>> {
+    let deploy = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .context("GKO's Deployment")?;
+    let env = deploy["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .context("env")?;
+    let value = env
+        .iter()
+        .find(|e| e["name"] == "GKO_ALLOWED_SECRETS")
+        .and_then(|e| e["value"].as_str())
+        .context("GKO_ALLOWED_SECRETS")?;
+    Ok(value
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_chart_grants_the_disaster_recovery_secret_and_service_by_name()
+-> anyhow::Result<()> {
+    let operator = charts().join("gluesync-operator").display().to_string();
+    let names = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    let dr = names(&["gluesync-disaster-recovery"]);
+    let by_name = names(&["get", "patch", "delete"]);
+
+    // disasterRecovery.enabled, the default: the pair's Secret and Service by name, and create.
+    let on = template(&operator, &["platform.version=2.3.2.1"])?;
+    for resource in ["secrets", "services"] {
+        let rules = rules_on(&on, resource);
+        assert!(
+            rules.contains(&(dr.clone(), by_name.clone())),
+            "{resource}: {rules:?}"
+        );
+        assert!(
+            rules.contains(&(vec![], names(&["create"]))),
+            "{resource}: {rules:?}"
+        );
+        // Nothing else on them without a name but create.
+        for (resource_names, verbs) in &rules {
+            assert!(
+                !resource_names.is_empty() || verbs == &names(&["create"]),
+                "{resource}: {rules:?}"
+            );
+        }
+    }
+    assert_eq!(
+        rules_on(&on, "secrets")
+            .into_iter()
+            .find(|(_, v)| v == &names(&["get"])),
+        Some((names(&["corehub-credentials"]), names(&["get"])))
+    );
+    assert_eq!(
+        allowed_secrets(&on)?,
+        names(&["corehub-credentials", "gluesync-disaster-recovery"])
+    );
+
+    // A Secret of the user's for a pair kept in Git: allowed, and read only.
+    let own = template(
+        &operator,
+        &[
+            "platform.version=2.3.2.1",
+            "platform.updatePolicy=gitops",
+            "platform.disasterRecovery.role=primary",
+            "platform.disasterRecovery.peerAddress=site-b.example.com",
+            "platform.disasterRecovery.secretName=gluesync-dr-pair",
+        ],
+    )?;
+    assert!(rules_on(&own, "secrets").contains(&(
+        names(&["corehub-credentials", "gluesync-dr-pair"]),
+        names(&["get"])
+    )));
+    assert!(rules_on(&own, "secrets").contains(&(dr.clone(), by_name.clone())));
+    assert_eq!(
+        allowed_secrets(&own)?,
+        names(&[
+            "corehub-credentials",
+            "gluesync-disaster-recovery",
+            "gluesync-dr-pair"
+        ])
+    );
+    let gsp = own
+        .iter()
+        .find(|o| o["kind"] == "GluesyncPlatform")
+        .context("the platform")?;
+    assert_eq!(
+        gsp["spec"]["disasterRecovery"],
+        json!({
+            "role": "primary",
+            "peerAddress": "site-b.example.com",
+            "secretName": "gluesync-dr-pair",
+            // The defaults the API server would fill in, so that what Git renders is what runs.
+            "replicationPort": 1718,
+            "controlPort": 1719,
+            "service": {"type": "LoadBalancer"},
+        })
+    );
+
+    // disasterRecovery.enabled=false: no rule on Services, Secrets by name for get only, nothing allowed.
+    let off = template(
+        &operator,
+        &["platform.version=2.3.2.1", "disasterRecovery.enabled=false"],
+    )?;
+    assert_eq!(rules_on(&off, "services"), vec![]);
+    assert_eq!(
+        rules_on(&off, "secrets"),
+        vec![(names(&["corehub-credentials"]), names(&["get"]))]
+    );
+    assert_eq!(allowed_secrets(&off)?, names(&["corehub-credentials"]));
+    assert!(
+        on.iter()
+            .chain(&off)
+            .filter(|o| o["kind"] == "GluesyncPlatform")
+            .all(|g| g["spec"].get("disasterRecovery").is_none()),
+        "no pair unless asked for"
+    );
+    // A pair in the values without the permission is refused.
+    let err = template(
+        &operator,
+        &[
+            "platform.version=2.3.2.1",
+            "disasterRecovery.enabled=false",
+            "platform.disasterRecovery.role=primary",
+            "platform.disasterRecovery.peerAddress=site-b.example.com",
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("disasterRecovery.enabled"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_upgrade_keeps_the_pair_the_ui_set_and_gitops_takes_the_values() -> anyhow::Result<()>
+{
+    let ns = namespace("helm-dr-platform").await?;
+    let operator = charts().join("gluesync-operator").display().to_string();
+    let dr = |ns: &TestNamespace| -> anyhow::Result<Value> {
+        let text = ns.kubectl(&[
+            "get",
+            "gsp",
+            "gluesync",
+            "-o",
+            "jsonpath={.spec.disasterRecovery}",
+        ])?;
+        Ok(if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text)?
+        })
+    };
+    let run = |verb: &str, extra: &[&str]| -> anyhow::Result<String> {
+        let mut args = vec![verb, "gluesync-operator", operator.as_str()];
+        for s in [
+            "platform.version=2.3.2.1",
+            "platform.disasterRecovery.role=primary",
+            "platform.disasterRecovery.peerAddress=site-b.example.com",
+        ]
+        .iter()
+        .chain(extra)
+        {
+            args.extend(["--set", s]);
+        }
+        helm(&ns, &args)
+    };
+    let from_values = json!({
+        "role": "primary",
+        "peerAddress": "site-b.example.com",
+        "replicationPort": 1718,
+        "controlPort": 1719,
+        "service": {"type": "LoadBalancer"},
+    });
+    // The first install: the values seed the pair.
+    run("install", &[])?;
+    assert_eq!(dr(&ns)?, from_values);
+
+    // Under ui the Core Hub UI sets the pair up again (GKO writes spec.disasterRecovery), and helm
+    // upgrade keeps it.
+    let from_ui =
+        json!({"role": "secondary", "peerAddress": "site-a.example.com", "revision": "ui-1"});
+    ns.kubectl(&[
+        "patch",
+        "gsp",
+        "gluesync",
+        "--type",
+        "json",
+        "-p",
+        &json!([{"op": "add", "path": "/spec/disasterRecovery", "value": from_ui}]).to_string(),
+    ])?;
+    let live = dr(&ns)?;
+    assert_eq!(live["role"], "secondary");
+    let settled = generation(&ns)?;
+    run("upgrade", &[])?;
+    assert_eq!(dr(&ns)?, live, "under ui the live pair wins");
+    assert_eq!(
+        generation(&ns)?,
+        settled,
+        "the upgrade changed nothing of the spec"
+    );
+    assert!(helm(&ns, &["get", "manifest", "gluesync-operator"])?.contains("revision: ui-1"));
+
+    // Taken down from the UI: helm upgrade does not bring the values' pair back.
+    ns.kubectl(&[
+        "patch",
+        "gsp",
+        "gluesync",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/disasterRecovery"}]"#,
+    ])?;
+    run("upgrade", &[])?;
+    assert_eq!(dr(&ns)?, Value::Null, "under ui the live absence wins");
+
+    // Under gitops the values win.
+    run("upgrade", &["platform.updatePolicy=gitops"])?;
+    assert_eq!(dr(&ns)?, from_values, "under gitops the values win");
     Ok(())
 }

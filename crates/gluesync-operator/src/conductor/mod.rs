@@ -7,6 +7,7 @@
 //! controller runs like any other; the answer comes when the update has ended, from `status.lastAttempt`.
 //! Actions that would add, start, stop or remove workloads are refused: Helm owns the workloads.
 
+mod disaster;
 pub mod harness;
 mod identities;
 
@@ -61,6 +62,8 @@ pub struct Caller {
 pub enum Gate {
     Control,
     Manage,
+    /// Super Admin only (disaster recovery).
+    Administer,
 }
 
 impl Gate {
@@ -71,6 +74,7 @@ impl Gate {
                 "SUPER_ADMIN" | "MANAGER" | "MONITOR" | "EXTERNAL_MODULE"
             ),
             Gate::Manage => matches!(role, "SUPER_ADMIN" | "MANAGER" | "EXTERNAL_MODULE"),
+            Gate::Administer => role == "SUPER_ADMIN",
         }
     }
 
@@ -78,6 +82,7 @@ impl Gate {
         match self {
             Gate::Control => "control",
             Gate::Manage => "manage",
+            Gate::Administer => "set up disaster recovery",
         }
     }
 }
@@ -498,6 +503,31 @@ async fn list_containers(State(api): State<Api>, req: Request) -> Response {
     }))
 }
 
+/// Reads a request's body within [`BODY_READ_TIMEOUT`] and [`BODY_LIMIT`]; the error is the answer.
+async fn read_body(req: Request, route: &str) -> Result<axum::body::Bytes, Response> {
+    match tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        axum::body::to_bytes(req.into_body(), BODY_LIMIT),
+    )
+    .await
+    {
+        Err(_) => Err(failure(
+            StatusCode::REQUEST_TIMEOUT,
+            "Request body too slow",
+            format!(
+                "the body must arrive within {} s",
+                BODY_READ_TIMEOUT.as_secs()
+            ),
+        )),
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(_)) => Err(failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Request body too large",
+            format!("the body of {route} is at most {BODY_LIMIT} bytes"),
+        )),
+    }
+}
+
 async fn post_containers(State(api): State<Api>, req: Request) -> Response {
     let Some(caller) = req.extensions().get::<Caller>().cloned() else {
         return failure(StatusCode::UNAUTHORIZED, "Not authenticated", "no caller");
@@ -505,30 +535,9 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
     if let Err(resp) = allow(&caller, Gate::Control) {
         return resp;
     }
-    let body = match tokio::time::timeout(
-        BODY_READ_TIMEOUT,
-        axum::body::to_bytes(req.into_body(), BODY_LIMIT),
-    )
-    .await
-    {
-        Err(_) => {
-            return failure(
-                StatusCode::REQUEST_TIMEOUT,
-                "Request body too slow",
-                format!(
-                    "the body must arrive within {} s",
-                    BODY_READ_TIMEOUT.as_secs()
-                ),
-            );
-        }
-        Ok(Ok(b)) => b,
-        Ok(Err(_)) => {
-            return failure(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "Request body too large",
-                format!("the body of POST /containers is at most {BODY_LIMIT} bytes"),
-            );
-        }
+    let body = match read_body(req, "POST /containers").await {
+        Ok(b) => b,
+        Err(resp) => return resp,
     };
     let action = match parse_containers_request(&body) {
         Ok(a) => a,
@@ -918,7 +927,13 @@ fn routes(api: Api) -> Router {
         .route("/containers", get(list_containers).post(post_containers))
         .route("/services", post(refuse_services).put(refuse_services))
         .route("/services/{id}/version", get(service_version))
-        .route("/services/{id}/version/{channel}", get(service_version));
+        .route("/services/{id}/version/{channel}", get(service_version))
+        .route(
+            "/disaster-recovery",
+            get(disaster::get_state)
+                .put(disaster::put_setup)
+                .delete(disaster::delete_setup),
+        );
     open.merge(guarded)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(api)
@@ -1059,7 +1074,22 @@ pub fn openapi_document() -> Value {
                 "ContainersRequest": {"type": "object", "required": ["action"], "additionalProperties": false, "properties": {
                     "action": {"type": "string", "enum": ["update", "kill", "pull", "remove", "removeNetwork", "restart", "start", "stop", "undeploy"]},
                     "ids": {"type": "array", "maxItems": 256, "items": {"type": "string", "minLength": 1, "maxLength": 253}},
-                    "releaseChannel": {"type": "string", "enum": ["ga", "beta", "alpha"]}}}
+                    "releaseChannel": {"type": "string", "enum": ["ga", "beta", "alpha"]}}},
+                "DisasterRecoverySetup": {"type": "object", "required": ["role", "peerAddress", "sharedSecret"], "additionalProperties": false,
+                    "description": "This install as one site of a disaster-recovery pair. GKO writes sharedSecret into the Secret <platform>-disaster-recovery (owned by the GluesyncPlatform) and the rest into spec.disasterRecovery with a new revision; then it changes Core Hub and Chronos one at a time (environment GLUESYNC_DR_*, container ports, the Secret mounted at /opt/gluesync/disaster-recovery), each through the stability check, and publishes the two ports with the Service <platform>-disaster-recovery. A workload that does not come up puts every change back (phase Failed). The secret is never logged or answered. See docs/disaster-recovery.md.",
+                    "properties": {
+                    "role": {"type": "string", "enum": ["primary", "secondary"]},
+                    "peerAddress": {"type": "string", "minLength": 1, "maxLength": 253, "pattern": "^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$", "description": "host name or IP address of the other site"},
+                    "replicationPort": {"type": "integer", "minimum": 1, "maximum": 65535, "default": 1718},
+                    "controlPort": {"type": "integer", "minimum": 1, "maximum": 65535, "default": 1719},
+                    "sharedSecret": {"type": "string", "minLength": 32, "maxLength": 4096, "writeOnly": true, "description": "the same on both sites; printable, no spaces"},
+                    "service": {"type": "object", "description": "the Service's settings (default: those in spec.disasterRecovery.service, else type LoadBalancer)", "properties": {
+                        "type": {"type": "string", "enum": ["LoadBalancer", "NodePort", "ClusterIP"]},
+                        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "loadBalancerClass": {"type": "string"},
+                        "loadBalancerSourceRanges": {"type": "array", "items": {"type": "string"}},
+                        "externalTrafficPolicy": {"type": "string", "enum": ["Cluster", "Local"]},
+                        "replicationNodePort": {"type": "integer"}, "controlNodePort": {"type": "integer"}}}}}
             }
         },
         "security": [{"bearer": []}, {"session": []}],
@@ -1078,6 +1108,19 @@ pub fn openapi_document() -> Value {
                                        "409": err("refused: an action Helm owns, an update already running, updates managed in Git, or GKO's own Deployment"),
                                        "413": err("the body is too large"), "429": err("too many new callers to check with Core Hub, from this client or in all; retry after Retry-After seconds"),
                                        "502": err("the version catalog did not answer"), "503": err("GKO is starting, updating itself, or cannot write the request")}}
+            },
+            "/disaster-recovery": {
+                "get": {"description": "Super Admin only. data: wanted (spec.disasterRecovery), state (status.disasterRecovery: phase SettingUp, Active, RollingBack, Failed or TearingDown, message, components), secretName, serviceName.",
+                        "responses": {"200": ok("the setup wanted and the setup reached"), "401": err("not authenticated"), "403": err("not a Super Admin"), "503": err("GKO is starting, updating itself, or has no GluesyncPlatform")}},
+                "put": {"description": "Super Admin only. Sets this install up as a site of a pair; the controller does the work: read GET until the phase is Active or Failed.",
+                        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DisasterRecoverySetup"}}}},
+                        "responses": {"202": ok("accepted: the same data as GET"), "400": err("a malformed setup; nothing was changed"),
+                                      "401": err("not authenticated"), "403": err("not a Super Admin, or a cookie request from another origin or not JSON"),
+                                      "408": err("the body came too slowly"), "409": err("updatePolicy gitops, a disaster-recovery change in progress, the platform being deleted, the Secret not allowed, or the platform changed meanwhile; nothing was changed"),
+                                      "413": err("the body is too large"), "503": err("GKO is starting, updating itself, not the leader, or cannot write")}},
+                "delete": {"description": "Super Admin only. Takes the pair down: the workloads go back to what they were, the Service and GKO's Secret go.",
+                        "responses": {"202": ok("accepted: the same data as GET"), "401": err("not authenticated"), "403": err("not a Super Admin, or a cookie request from another origin or not JSON"),
+                                      "404": err("no setup to take down"), "409": err("updatePolicy gitops, or the platform being deleted"), "503": err("GKO is starting, updating itself, not the leader, or cannot write")}}
             },
             "/services": {"post": {"responses": {"409": err("Helm owns the workloads")}}, "put": {"responses": {"409": err("Helm owns the workloads")}}},
             "/services/{id}/version/{channel}": {"get": {"parameters": [

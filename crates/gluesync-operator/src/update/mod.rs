@@ -11,6 +11,7 @@
 //! paused are a ledger (`status.pausedPipelines`) that outlives the update: whatever ends the update, GKO
 //! keeps asking Core Hub to resume them until Core Hub lists them running (see [`pipelines`]).
 
+pub mod disaster;
 mod finish;
 #[cfg(test)]
 mod model;
@@ -102,6 +103,8 @@ pub struct Observed<'a> {
     pub access_problem: Option<crate::status::Problem>,
     /// The image this GKO runs, read from its own pod (`None` when it does not know its pod).
     pub me: Option<String>,
+    /// The disaster-recovery Secret and Service, when a setup is wanted or in place.
+    pub dr: disaster::DrObjects,
 }
 
 /// Something to do once the new status is written.
@@ -126,6 +129,17 @@ pub enum Action {
         image: Option<String>,
         phase: Option<crate::api::SelfUpdatePhase>,
     },
+    /// A strategic merge patch of a managed workload's pod template (a disaster-recovery setup, or
+    /// putting one back).
+    PatchWorkload {
+        kind: WorkloadKind,
+        name: String,
+        patch: serde_json::Value,
+    },
+    /// Write the disaster-recovery Service.
+    ApplyService(Box<k8s_openapi::api::core::v1::Service>),
+    /// Delete a Service or Secret GKO made for a disaster-recovery pair.
+    DeleteMade(crate::writer::Made, String),
 }
 
 /// A Kubernetes event to record on the GluesyncPlatform.
@@ -440,10 +454,17 @@ fn requested_by(gsp: &GluesyncPlatform, new_request: bool) -> crate::api::Reques
 /// check the catalog when due, and let a deleted platform go once nothing is left to settle.
 fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     let deleting = gsp.metadata.deletion_timestamp.is_some();
-    // GKO's own update runs alone: a new update waits for it to end.
+    // GKO's own update runs alone: a new update waits for it to end; so does a disaster-recovery setup
+    // that is changing workloads.
     let self_updating = gsp.status.as_ref().is_some_and(|s| s.self_update.is_some());
+    let dr_busy = disaster::busy(
+        gsp.status
+            .as_ref()
+            .and_then(|s| s.disaster_recovery.as_ref()),
+    );
     if !deleting
         && !self_updating
+        && !dr_busy
         && obs.access_problem.is_none()
         && let Some(d) = plan::start(gsp, obs)
     {
@@ -452,6 +473,9 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     let mut d = Decision::new(status::idle(gsp, obs.workloads, &obs.now));
     d.status.update = None;
     selfupdate::carry_on(gsp, obs, &mut d);
+    if d.status.self_update.is_none() && obs.access_problem.is_none() {
+        disaster::carry_on(gsp, obs, &mut d);
+    }
     let deadline = gsp
         .metadata
         .deletion_timestamp
@@ -460,8 +484,13 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     pipelines::ledger(gsp, obs, &mut d, deadline.as_ref());
     let settled = d.status.paused_pipelines.is_empty()
         && d.status.late_maintenance.is_none()
-        && d.status.self_update.is_none();
+        && d.status.self_update.is_none()
+        && disaster::settled(d.status.disaster_recovery.as_ref());
     let has_finalizer = gsp.finalizers().iter().any(|f| f == FINALIZER);
+    if !has_finalizer && !deleting && !disaster::settled(d.status.disaster_recovery.as_ref()) {
+        // A setup in place is put back before the platform goes.
+        d.actions.insert(0, Action::AddFinalizer);
+    }
     if has_finalizer && (settled || deadline.as_ref().is_some_and(|t| passed(t, &obs.now))) {
         if deleting && !settled {
             let left = &d.status.paused_pipelines;

@@ -231,6 +231,8 @@ impl State {
             progress_deadline_exceeded: false,
             rollout_blocker: None,
             self_update_mark: None,
+            template: Box::default(),
+            selector: Default::default(),
             pods: vec![PodView {
                 name: "core-hub-0".into(),
                 uid: format!("pod-{}", self.pods),
@@ -238,6 +240,7 @@ impl State {
                 ready: pod_ready,
                 waiting,
                 restarts: i32::from(crashing),
+                dr_mark: None,
             }],
         }]
     }
@@ -270,6 +273,7 @@ impl State {
                 target: Some(State::target()),
                 access_problem: None,
                 me: None,
+                dr: Default::default(),
             },
         );
         if s.gsp.status.as_ref() != Some(&d.status) {
@@ -336,6 +340,9 @@ impl State {
                 self.gsp.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()])
             }
             Action::RemoveFinalizer => self.gsp.metadata.finalizers = None,
+            Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::DeleteMade(..) => {
+                return Err("a disaster-recovery action in a world without a pair".into());
+            }
         }
         Ok(())
     }

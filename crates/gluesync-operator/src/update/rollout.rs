@@ -42,8 +42,33 @@ pub(super) fn stability(
     now: &Time,
     d: &mut Decision,
 ) -> Result<bool, String> {
+    stable_on(
+        gsp,
+        &mut c.stable,
+        w,
+        &|p| p.image == image,
+        w.image == image,
+        deadline,
+        now,
+        d,
+    )
+}
+
+/// The stability check of a workload whose pods on the change are those `changed` picks, and whose spec
+/// carries the change when `spec_changed`; its window is kept in `stable`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stable_on(
+    gsp: &GluesyncPlatform,
+    stable: &mut Option<StableWindow>,
+    w: &Workload,
+    changed: &dyn Fn(&crate::cluster::PodView) -> bool,
+    spec_changed: bool,
+    deadline: &Time,
+    now: &Time,
+    d: &mut Decision,
+) -> Result<bool, String> {
     let window = gsp.spec.stability_window_seconds;
-    let on_image = || w.pods.iter().filter(|p| p.image == image);
+    let on_image = || w.pods.iter().filter(|p| changed(p));
     for pod in on_image() {
         if let Some((reason, message)) = &pod.waiting
             && FAIL_FAST.contains(&reason.as_str())
@@ -65,9 +90,9 @@ pub(super) fn stability(
             p.uid.clone()
         }
     };
-    if w.image == image && w.ready {
+    if spec_changed && w.ready {
         let restarts = on_image().map(|p| (key(p), p.restarts)).collect();
-        let stable = c.stable.get_or_insert_with(|| StableWindow {
+        let stable = stable.get_or_insert_with(|| StableWindow {
             since: now.clone(),
             restarts,
         });
@@ -87,7 +112,7 @@ pub(super) fn stability(
         }
     }
     // Not ready, or a container restarted inside the window: the window starts again.
-    c.stable = None;
+    *stable = None;
     if passed(deadline, now) {
         let why = w
             .pods

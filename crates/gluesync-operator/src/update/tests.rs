@@ -54,6 +54,8 @@ fn workload(name: &str, label: &str, image: &str) -> Workload {
         progress_deadline_exceeded: false,
         rollout_blocker: None,
         self_update_mark: None,
+        template: Box::default(),
+        selector: Default::default(),
         pods: vec![pod(name, image, true, 0)],
     }
 }
@@ -66,6 +68,7 @@ fn pod(workload: &str, image: &str, ready: bool, restarts: i32) -> PodView {
         ready,
         waiting: None,
         restarts,
+        dr_mark: None,
     }
 }
 
@@ -199,6 +202,8 @@ struct World {
     answer: Option<Answer>,
     /// The image of the GKO that decides.
     me: Option<String>,
+    /// The disaster-recovery Secret and Service.
+    dr: super::disaster::DrObjects,
 }
 
 impl World {
@@ -209,6 +214,7 @@ impl World {
             hub,
             answer: None,
             me: None,
+            dr: Default::default(),
         }
     }
 
@@ -234,6 +240,7 @@ impl World {
                 target: Some(World::target()),
                 access_problem: None,
                 me: self.me.clone(),
+                dr: self.dr.clone(),
             },
         );
         g.status = Some(d.status.clone());
@@ -259,6 +266,9 @@ impl World {
                     w.self_update_mark = phase.map(|p| p.as_str().to_string());
                     let image = w.image.clone();
                     w.ready = w.pods.iter().all(|p| p.image == image && p.ready);
+                }
+                Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::DeleteMade(..) => {
+                    panic!("{a:?} in a world without a disaster-recovery pair")
                 }
             }
         }
@@ -343,6 +353,7 @@ fn a_new_version_starts_an_update_once_per_generation() {
         target: None,
         access_problem: None,
         me: None,
+        dr: Default::default(),
     };
     let d = decide(&g, &obs(at(0)));
     assert_eq!(d.status.phase, Some(Phase::Updating));
@@ -1032,6 +1043,7 @@ fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
             target: None,
             access_problem: problem,
             me: None,
+            dr: Default::default(),
         },
     );
     assert!(d.status.update.is_none(), "no update starts");
@@ -1345,6 +1357,7 @@ fn a_new_gko_that_crash_loops_is_rolled_back_at_once() {
         ready: false,
         waiting: Some(("CrashLoopBackOff".into(), "back-off 10s".into())),
         restarts: 3,
+        dr_mark: None,
     });
     let d = world.step(&mut g, 110);
     assert_eq!(
@@ -1387,6 +1400,7 @@ fn an_image_write_that_never_lands_ends_at_the_timeout() {
             target: None,
             access_problem: None,
             me: Some(GKO_OLD.into()),
+            dr: Default::default(),
         },
     );
     g.status = Some(d.status);
@@ -1405,6 +1419,7 @@ fn an_image_write_that_never_lands_ends_at_the_timeout() {
                 target: None,
                 access_problem: None,
                 me: Some(GKO_OLD.into()),
+                dr: Default::default(),
             },
         )
     };

@@ -77,6 +77,19 @@ impl Operator {
         ))
     }
 
+    /// Runs GKO with only the rights of deploy/rbac.yaml's Role, serving the Conductor API.
+    pub async fn start_serving_with_role(ns: &TestNamespace) -> anyhow::Result<(Operator, String)> {
+        ns.apply(RBAC)?;
+        let client = ns.service_account_client("gluesync-operator").await?;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        drop(listener);
+        Ok((
+            Self::start_on(ns, client, Some(addr), None),
+            format!("http://{addr}"),
+        ))
+    }
+
     pub fn start_with(ns: &TestNamespace, client: Client) -> Operator {
         Self::start_on(ns, client, None, None)
     }
@@ -132,7 +145,7 @@ impl Drop for Operator {
 
 /// What GKO may use in the tests: the Core Hub credentials and CA Secrets the tests create, and the
 /// simulator on any loopback port.
-pub const ALLOWED_SECRETS: &str = "corehub-credentials,corehub-ca";
+pub const ALLOWED_SECRETS: &str = "corehub-credentials,corehub-ca,gluesync-disaster-recovery";
 pub const ALLOWED_COREHUB_URLS: &str = "http://127.0.0.1:*,https://127.0.0.1:*";
 
 pub fn test_access() -> gluesync_operator::access::Access {

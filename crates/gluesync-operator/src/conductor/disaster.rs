@@ -1,0 +1,417 @@
+//! `/disaster-recovery`: what Settings → Disaster Recovery of the Core Hub UI calls, Super Admin only.
+//!
+//! - `GET` answers the setup wanted (`spec.disasterRecovery`) and the setup reached
+//!   (`status.disasterRecovery`). Never the shared secret.
+//! - `PUT` sets this install up as the primary or the secondary of a pair: it writes the pair's shared
+//!   secret into the Secret `<platform>-disaster-recovery` (owned by the GluesyncPlatform), then the
+//!   setup into `spec.disasterRecovery` with a fresh `revision`; the controller does the rest, as it runs
+//!   an update. Answers 202 with the state; the UI reads `GET` until the phase is `Active` or `Failed`.
+//! - `DELETE` takes the pair down: `spec.disasterRecovery` goes, and the controller puts the workloads
+//!   back and removes the Service and GKO's Secret.
+//!
+//! The shared secret is never logged, echoed back, or written anywhere but the Secret.
+
+use std::collections::BTreeMap;
+
+use axum::{
+    extract::{Request, State},
+    http::StatusCode,
+    response::Response,
+};
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api as KubeApi, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Api, Caller, Gate, allow, failure, read_body, success};
+use crate::{
+    api::{
+        DR_SECRET_KEY, DisasterRecoveryRole, DisasterRecoveryService, DisasterRecoverySpec,
+        FIELD_MANAGER, GluesyncPlatform, UpdatePolicy,
+    },
+    update::disaster,
+};
+
+/// Shortest shared secret accepted.
+pub const SECRET_MIN: usize = 32;
+/// Longest shared secret accepted.
+pub const SECRET_MAX: usize = 4096;
+
+/// A `PUT /disaster-recovery` body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetupRequest {
+    pub role: DisasterRecoveryRole,
+    pub peer_address: String,
+    #[serde(default)]
+    pub replication_port: Option<i32>,
+    #[serde(default)]
+    pub control_port: Option<i32>,
+    pub shared_secret: String,
+    #[serde(default)]
+    pub service: Option<DisasterRecoveryService>,
+}
+
+impl std::fmt::Debug for SetupRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SetupRequest")
+            .field("role", &self.role)
+            .field("peer_address", &self.peer_address)
+            .field("replication_port", &self.replication_port)
+            .field("control_port", &self.control_port)
+            .field("shared_secret", &"<hidden>")
+            .finish()
+    }
+}
+
+fn host_ok(host: &str) -> bool {
+    (1..=253).contains(&host.len())
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
+        && host.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && host.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// Parses and checks a `PUT /disaster-recovery` body: the setup and the shared secret, or the 400 to
+/// answer. The error never quotes the shared secret.
+pub fn parse_setup(
+    body: &[u8],
+    current: Option<&DisasterRecoverySpec>,
+) -> Result<(DisasterRecoverySpec, String), (String, String)> {
+    let bad = |error: &str, details: String| (error.to_string(), details);
+    let req: SetupRequest = serde_json::from_slice(body).map_err(|e| {
+        // serde's message may quote a value; only its position and kind are kept.
+        let what = match e.classify() {
+            serde_json::error::Category::Data => {
+                let text = e.to_string();
+                // Field names and types are safe to show; values are not.
+                if text.contains("unknown field") || text.contains("missing field") {
+                    text.split(" at line")
+                        .next()
+                        .unwrap_or_default()
+                        .to_string()
+                } else {
+                    format!(
+                        "a field has the wrong type or value (line {}, column {})",
+                        e.line(),
+                        e.column()
+                    )
+                }
+            }
+            _ => format!(
+                "not a JSON object (line {}, column {})",
+                e.line(),
+                e.column()
+            ),
+        };
+        bad("Invalid request body", what)
+    })?;
+    if !host_ok(&req.peer_address) {
+        return Err(bad(
+            "Invalid peerAddress",
+            "peerAddress is a host name or an IP address (letters, digits, '.', '-', ':'), 1 to 253 characters".into(),
+        ));
+    }
+    let replication_port = req.replication_port.unwrap_or(1718);
+    let control_port = req.control_port.unwrap_or(1719);
+    for (name, port) in [
+        ("replicationPort", replication_port),
+        ("controlPort", control_port),
+    ] {
+        if !(1..=65535).contains(&port) {
+            return Err(bad(
+                &format!("Invalid {name}"),
+                format!("{name} is a TCP port, 1 to 65535"),
+            ));
+        }
+    }
+    if replication_port == control_port {
+        return Err(bad(
+            "Invalid ports",
+            "replicationPort and controlPort must differ".into(),
+        ));
+    }
+    let n = req.shared_secret.chars().count();
+    if !(SECRET_MIN..=SECRET_MAX).contains(&n)
+        || req
+            .shared_secret
+            .chars()
+            .any(|c| c.is_control() || c == ' ')
+    {
+        return Err(bad(
+            "Invalid sharedSecret",
+            format!(
+                "sharedSecret is {SECRET_MIN} to {SECRET_MAX} printable characters without spaces; \
+                 use the same one on both sites"
+            ),
+        ));
+    }
+    if let Some(s) = &req.service {
+        let node_ports = [s.replication_node_port, s.control_node_port];
+        if node_ports
+            .iter()
+            .flatten()
+            .any(|p| !(1..=65535).contains(p))
+            || s.external_traffic_policy
+                .as_deref()
+                .is_some_and(|p| p != "Cluster" && p != "Local")
+            || s.annotations.len() > 64
+            || s.load_balancer_source_ranges.len() > 64
+        {
+            return Err(bad(
+                "Invalid service",
+                "service: node ports 1 to 65535, externalTrafficPolicy Cluster or Local, at most 64 \
+                 annotations and 64 source ranges"
+                    .into(),
+            ));
+        }
+    }
+    let spec = DisasterRecoverySpec {
+        role: req.role,
+        peer_address: req.peer_address,
+        replication_port,
+        control_port,
+        secret_name: None,
+        revision: Some(format!("ui-{}", jiff::Timestamp::now().as_millisecond())),
+        service: req
+            .service
+            .or_else(|| current.map(|c| c.service.clone()))
+            .unwrap_or_default(),
+    };
+    Ok((spec, req.shared_secret))
+}
+
+/// What `GET` answers: the setup wanted and the setup reached.
+fn state(gsp: &GluesyncPlatform) -> Value {
+    json!({
+        "wanted": gsp.spec.disaster_recovery,
+        "state": gsp.status.as_ref().and_then(|s| s.disaster_recovery.as_ref()),
+        "secretName": gsp.spec.disaster_recovery.as_ref().map(|s| disaster::secret_name(gsp, s)),
+        "serviceName": disaster::service_name(gsp),
+    })
+}
+
+#[allow(clippy::result_large_err)]
+fn caller(req: &Request) -> Result<Caller, Response> {
+    let caller = req
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| failure(StatusCode::UNAUTHORIZED, "Not authenticated", "no caller"))?;
+    allow(&caller, Gate::Administer)?;
+    Ok(caller)
+}
+
+/// The platform, when the Core Hub UI may change its disaster recovery; else the answer to give.
+#[allow(clippy::result_large_err)]
+fn writable(api: &Api) -> Result<GluesyncPlatform, Response> {
+    let gsp = api.platform()?;
+    if gsp.spec.update_policy == UpdatePolicy::Gitops {
+        return Err(failure(
+            StatusCode::CONFLICT,
+            "Disaster recovery of this install is managed in Git",
+            "the GluesyncPlatform's updatePolicy is gitops: set spec.disasterRecovery in Git; nothing was changed",
+        ));
+    }
+    if gsp.metadata.deletion_timestamp.is_some() {
+        return Err(failure(
+            StatusCode::CONFLICT,
+            "The GluesyncPlatform is being deleted",
+            "nothing was changed",
+        ));
+    }
+    Ok(gsp)
+}
+
+pub(super) async fn get_state(State(api): State<Api>, req: Request) -> Response {
+    if let Err(resp) = caller(&req) {
+        return resp;
+    }
+    match api.platform() {
+        Ok(gsp) => success(state(&gsp)),
+        Err(resp) => resp,
+    }
+}
+
+pub(super) async fn put_setup(State(api): State<Api>, req: Request) -> Response {
+    answer(async {
+        let caller = caller(&req)?;
+        let body = read_body(req, "PUT /disaster-recovery").await?;
+        let gsp = writable(&api)?;
+        if disaster::busy(
+            gsp.status
+                .as_ref()
+                .and_then(|s| s.disaster_recovery.as_ref()),
+        ) {
+            return Err(failure(
+                StatusCode::CONFLICT,
+                "A disaster-recovery change is in progress",
+                "wait until GET /disaster-recovery shows the phase Active or Failed, then ask again; nothing was changed",
+            ));
+        }
+        let (spec, shared_secret) = parse_setup(&body, gsp.spec.disaster_recovery.as_ref())
+            .map_err(|(error, details)| failure(StatusCode::BAD_REQUEST, &error, details))?;
+        let name = disaster::default_secret_name(&gsp);
+        if !api.view.access.secret_allowed(&name) {
+            return Err(failure(
+                StatusCode::CONFLICT,
+                "GKO may not use the disaster-recovery Secret",
+                format!(
+                    "GKO's installation does not allow Secret {name}: add it to the allowed Secrets (the chart does \
+                     so with disasterRecovery.enabled); nothing was changed"
+                ),
+            ));
+        }
+        let secret = pair_secret(&gsp, &name, &shared_secret);
+        api.view.writer.apply_secret(&secret).await.map_err(|e| {
+            tracing::warn!(error = %e, "writing the disaster-recovery Secret failed");
+            failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Could not write the disaster-recovery Secret",
+                "nothing else was changed; try again",
+            )
+        })?;
+        let written = write_spec(&api, &gsp, Some(&spec)).await?;
+        tracing::info!(
+            username = %caller.username,
+            role = %caller.role,
+            dr_role = spec.role.as_str(),
+            peer = %spec.peer_address,
+            "disaster-recovery setup requested from the Core Hub UI"
+        );
+        Ok(accepted(&written))
+    })
+    .await
+}
+
+pub(super) async fn delete_setup(State(api): State<Api>, req: Request) -> Response {
+    let caller = caller(&req);
+    drop(req);
+    answer(async {
+        let caller = caller?;
+        let gsp = writable(&api)?;
+        let in_place = gsp
+            .status
+            .as_ref()
+            .is_some_and(|s| s.disaster_recovery.is_some());
+        if gsp.spec.disaster_recovery.is_none() && !in_place {
+            return Err(failure(
+                StatusCode::NOT_FOUND,
+                "No disaster-recovery setup",
+                "this install is not part of a pair; nothing was changed",
+            ));
+        }
+        let written = write_spec(&api, &gsp, None).await?;
+        tracing::info!(username = %caller.username, role = %caller.role, "disaster-recovery teardown requested from the Core Hub UI");
+        Ok(accepted(&written))
+    })
+    .await
+}
+
+/// The answer of a handler written with `?`.
+async fn answer(handler: impl Future<Output = Result<Response, Response>>) -> Response {
+    handler.await.unwrap_or_else(|resp| resp)
+}
+
+/// 202, with the same data as `GET`.
+fn accepted(gsp: &GluesyncPlatform) -> Response {
+    let mut resp = success(state(gsp));
+    *resp.status_mut() = StatusCode::ACCEPTED;
+    resp
+}
+
+/// The Secret that holds the pair's shared secret, owned by the platform.
+fn pair_secret(gsp: &GluesyncPlatform, name: &str, shared_secret: &str) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: gsp.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([
+                (
+                    disaster::MANAGED_BY.0.to_string(),
+                    disaster::MANAGED_BY.1.to_string(),
+                ),
+                (disaster::PLATFORM_LABEL.to_string(), gsp.name_any()),
+            ])),
+            owner_references: gsp.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            DR_SECRET_KEY.to_string(),
+            ByteString(shared_secret.as_bytes().to_vec()),
+        )])),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+/// Writes `spec.disasterRecovery` (or removes it), from the platform as read.
+async fn write_spec(
+    api: &Api,
+    gsp: &GluesyncPlatform,
+    spec: Option<&DisasterRecoverySpec>,
+) -> Result<GluesyncPlatform, Response> {
+    if !api.view.writer.leadership().is_leader() {
+        return Err(failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "This GKO is not the leader",
+            "try again: the GKO that holds the Lease answers",
+        ));
+    }
+    let platforms: KubeApi<GluesyncPlatform> =
+        KubeApi::namespaced(api.view.writer.client().clone(), &api.view.namespace);
+    // A JSON patch: the setup replaces the whole of spec.disasterRecovery (a merge patch would keep
+    // fields of an earlier one), and only if the platform is still the one read.
+    let mut ops = vec![
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": gsp.resource_version()}),
+    ];
+    match spec {
+        Some(spec) => {
+            ops.push(json!({"op": "add", "path": "/spec/disasterRecovery", "value": spec}))
+        }
+        None if gsp.spec.disaster_recovery.is_some() => {
+            ops.push(json!({"op": "remove", "path": "/spec/disasterRecovery"}))
+        }
+        None => return Ok(gsp.clone()),
+    }
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).map_err(|e| {
+        failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Could not write the setup",
+            e.to_string(),
+        )
+    })?;
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    platforms
+        .patch(&gsp.name_any(), &params, &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s)
+                if s.code == 409 || (s.code == 422 && s.message.contains("test")) =>
+            {
+                failure(
+                    StatusCode::CONFLICT,
+                    "The GluesyncPlatform changed meanwhile",
+                    "read the state again and retry",
+                )
+            }
+            kube::Error::Api(s) if s.code == 422 => {
+                failure(StatusCode::BAD_REQUEST, "The setup is not valid", s.message)
+            }
+            e => {
+                tracing::warn!(error = %e, "writing spec.disasterRecovery failed");
+                failure(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Could not write the setup",
+                    "try again",
+                )
+            }
+        })
+}

@@ -1,0 +1,1101 @@
+//! Disaster recovery: this install as one site of a pair, built the way an update is.
+//!
+//! `spec.disasterRecovery` is the setup wanted, `status.disasterRecovery` the setup reached. A setup
+//! changes the pod templates of Core Hub and Chronos, one at a time, each through the stability check:
+//! the environment that tells them their role and their peer, the two ports as container ports, and the
+//! pair's Secret mounted read-only. Then a Service publishes the two ports. Every change is a strategic
+//! merge patch computed from what the workload carries now, so sending it again does no harm; the
+//! fields a setup changes are recorded in the status as they were before it (`components[].original`)
+//! before the first change, and putting them back (a rollback, a teardown) restores exactly those.
+//!
+//! A workload that does not come up with the setup puts the whole setup back (RollingBack, then
+//! Failed): nothing half-made stays. Failed stays until the spec asks for another setup. A teardown
+//! puts the workloads back, then removes the Service and the Secret GKO wrote. See
+//! docs/disaster-recovery.md for the contract.
+
+use serde_json::{Value, json};
+
+use super::{Action, Decision, Observed, plus};
+use crate::{
+    api::{
+        ComponentType, DR_ANNOTATION, DR_SECRET_KEY, DR_SECRET_SUFFIX, DisasterRecoveryComponent,
+        DisasterRecoveryComponentState as State, DisasterRecoveryPhase as Phase,
+        DisasterRecoverySpec, DisasterRecoveryStatus, GluesyncPlatform, WorkloadKind,
+    },
+    cluster::Workload,
+    status::{READY, RECONCILING, STALLED},
+    writer::Made,
+};
+
+/// The volume (and its mount) that holds the pair's Secret in Core Hub's and Chronos's pods.
+pub const VOLUME: &str = "gluesync-disaster-recovery";
+/// Where the pair's Secret is mounted.
+pub const MOUNT_PATH: &str = "/opt/gluesync/disaster-recovery";
+/// The names of the two container ports (and Service ports).
+pub const REPLICATION_PORT_NAME: &str = "dr-replication";
+pub const CONTROL_PORT_NAME: &str = "dr-control";
+/// The environment a setup gives Core Hub and Chronos.
+pub const ENV: [&str; 6] = [
+    "GLUESYNC_DR_ENABLED",
+    "GLUESYNC_DR_ROLE",
+    "GLUESYNC_DR_PEER_ADDRESS",
+    "GLUESYNC_DR_REPLICATION_PORT",
+    "GLUESYNC_DR_CONTROL_PORT",
+    "GLUESYNC_DR_SECRET_FILE",
+];
+/// Labels of the Service and the Secret GKO makes.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "gluesync-operator");
+pub const PLATFORM_LABEL: &str = "gluesync.molo17.com/platform";
+
+/// What GKO found of the pair's Secret and Service.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DrObjects {
+    pub secret: SecretState,
+    /// The Service GKO makes exists.
+    pub service: bool,
+}
+
+/// The pair's Secret, as GKO found it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum SecretState {
+    /// Not looked at (no setup wanted or in place).
+    #[default]
+    Unknown,
+    /// GKO's installation does not allow it to read this Secret.
+    NotAllowed,
+    Missing,
+    /// It exists without a non-empty `sharedSecret`.
+    NoKey,
+    /// Usable; `made_by_gko` when GKO wrote it (a setup from the Core Hub UI), so a teardown removes it.
+    Present {
+        made_by_gko: bool,
+    },
+    /// Reading it failed.
+    Unreadable(String),
+}
+
+/// The Secret a setup mounts.
+pub fn secret_name(gsp: &GluesyncPlatform, spec: &DisasterRecoverySpec) -> String {
+    spec.secret_name
+        .clone()
+        .unwrap_or_else(|| default_secret_name(gsp))
+}
+
+/// The Secret a setup from the Core Hub UI writes: `<platform>-disaster-recovery`.
+pub fn default_secret_name(gsp: &GluesyncPlatform) -> String {
+    format!(
+        "{}{DR_SECRET_SUFFIX}",
+        gsp.metadata.name.as_deref().unwrap_or("gluesync")
+    )
+}
+
+/// The Service that publishes the pair's ports: `<platform>-disaster-recovery`.
+pub fn service_name(gsp: &GluesyncPlatform) -> String {
+    default_secret_name(gsp)
+}
+
+/// Which setup a workload carries: role, then a digest of everything that changes its pods.
+pub fn setup_mark(gsp: &GluesyncPlatform, spec: &DisasterRecoverySpec) -> String {
+    let parts = [
+        spec.role.as_str().to_string(),
+        spec.peer_address.clone(),
+        spec.replication_port.to_string(),
+        spec.control_port.to_string(),
+        secret_name(gsp, spec),
+        spec.revision.clone().unwrap_or_default(),
+    ];
+    format!(
+        "{}-{}",
+        spec.role.as_str(),
+        &crate::spill::digest(&parts)[..12]
+    )
+}
+
+/// The setup wanted now: the spec's, unless the platform is being deleted.
+fn wanted(gsp: &GluesyncPlatform) -> Option<&DisasterRecoverySpec> {
+    gsp.spec
+        .disaster_recovery
+        .as_ref()
+        .filter(|_| gsp.metadata.deletion_timestamp.is_none())
+}
+
+/// A setup is changing workloads: updates wait for it, and it for them.
+pub fn busy(dr: Option<&DisasterRecoveryStatus>) -> bool {
+    dr.is_some_and(|s| {
+        matches!(
+            s.phase,
+            Phase::SettingUp | Phase::RollingBack | Phase::TearingDown
+        )
+    })
+}
+
+/// Nothing of a setup is left in the cluster (so the finalizer may go).
+pub fn settled(dr: Option<&DisasterRecoveryStatus>) -> bool {
+    dr.is_none_or(|s| s.phase == Phase::Failed)
+}
+
+/// The workloads a setup changes: Core Hub, then every Chronos.
+fn targets<'a>(obs: &Observed<'a>) -> Result<Vec<&'a Workload>, String> {
+    let core: Vec<&Workload> = obs
+        .workloads
+        .iter()
+        .filter(|w| w.component_type == Some(ComponentType::CoreHub))
+        .collect();
+    if core.len() != 1 {
+        return Err(format!(
+            "a disaster-recovery setup needs exactly one Core Hub workload, and {} are labelled core-hub",
+            core.len()
+        ));
+    }
+    let chronos = obs.workloads.iter().filter(|w| {
+        w.component_type == Some(ComponentType::Module)
+            && crate::version::ImageRef::parse(&w.image).name() == "gluesync-chronos"
+    });
+    let all: Vec<&Workload> = core.into_iter().chain(chronos).collect();
+    if let Some(w) = all.iter().find(|w| w.container.is_none()) {
+        return Err(format!(
+            "{} {} has no container named by its gluesync.molo17.com/container annotation",
+            w.kind_name(),
+            w.name
+        ));
+    }
+    Ok(all)
+}
+
+fn containers(w: &Workload) -> &[k8s_openapi::api::core::v1::Container] {
+    w.template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+}
+
+fn container<'a>(w: &'a Workload, name: &str) -> Option<&'a k8s_openapi::api::core::v1::Container> {
+    containers(w).iter().find(|c| c.name == name)
+}
+
+fn volumes(w: &Workload) -> &[k8s_openapi::api::core::v1::Volume] {
+    w.template
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default()
+}
+
+/// The environment entries with the setup's names that `w`'s container carries now, as JSON.
+fn env_now(w: &Workload, name: &str) -> Vec<Value> {
+    container(w, name)
+        .and_then(|c| c.env.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|e| ENV.contains(&e.name.as_str()))
+        .filter_map(|e| serde_json::to_value(e).ok())
+        .collect()
+}
+
+/// Why this workload's template cannot take a setup: it has ports, a mount or a volume of the
+/// setup's names or numbers that no GKO setup put there (a setup made by hand, for one).
+fn collision(w: &Workload, cname: &str, spec: &DisasterRecoverySpec) -> Option<String> {
+    if w.dr_mark().is_some() {
+        return None;
+    }
+    let c = container(w, cname)?;
+    let ports = [spec.replication_port, spec.control_port];
+    let what = if let Some(p) = c.ports.iter().flatten().find(|p| {
+        ports.contains(&p.container_port)
+            || p.name
+                .as_deref()
+                .is_some_and(|n| n == REPLICATION_PORT_NAME || n == CONTROL_PORT_NAME)
+    }) {
+        format!(
+            "container port {} ({})",
+            p.container_port,
+            p.name.as_deref().unwrap_or("unnamed")
+        )
+    } else if let Some(m) = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == VOLUME || m.mount_path == MOUNT_PATH)
+    {
+        format!("volume mount {} at {}", m.name, m.mount_path)
+    } else if volumes(w).iter().any(|v| v.name == VOLUME) {
+        format!("volume {VOLUME}")
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} {} already has {what}, which a disaster-recovery setup uses; a setup made by hand \
+         (the kit's values) must be taken out before GKO sets one up",
+        w.kind_name(),
+        w.name
+    ))
+}
+
+/// The strategic merge patch that gives `w` the setup (`Some`), or puts back `original` (`None`), from
+/// what its template carries now.
+fn patch(
+    gsp: &GluesyncPlatform,
+    w: &Workload,
+    c: &DisasterRecoveryComponent,
+    setup: Option<(&DisasterRecoverySpec, &str)>,
+) -> Value {
+    let original: Vec<Value> = serde_json::from_str(&c.original).unwrap_or_default();
+    let current = container(w, &c.container);
+    let mut env = vec![];
+    let mut ports = vec![];
+    let mut mounts = vec![];
+    let mut vols = vec![];
+    let wanted_ports: Vec<i32> = setup
+        .map(|(s, _)| vec![s.replication_port, s.control_port])
+        .unwrap_or_default();
+    // Ports and the mount of a setup leave when no longer wanted.
+    for p in current.and_then(|c| c.ports.as_ref()).into_iter().flatten() {
+        let ours = p
+            .name
+            .as_deref()
+            .is_some_and(|n| n == REPLICATION_PORT_NAME || n == CONTROL_PORT_NAME);
+        if ours && !wanted_ports.contains(&p.container_port) {
+            ports.push(json!({"containerPort": p.container_port, "$patch": "delete"}));
+        }
+    }
+    match setup {
+        Some((spec, _)) => {
+            let values = [
+                "true".to_string(),
+                spec.role.as_str().to_string(),
+                spec.peer_address.clone(),
+                spec.replication_port.to_string(),
+                spec.control_port.to_string(),
+                format!("{MOUNT_PATH}/{DR_SECRET_KEY}"),
+            ];
+            for (name, value) in ENV.iter().zip(values) {
+                env.push(json!({"name": name, "value": value, "valueFrom": null}));
+            }
+            for (name, port) in [
+                (REPLICATION_PORT_NAME, spec.replication_port),
+                (CONTROL_PORT_NAME, spec.control_port),
+            ] {
+                ports.push(json!({"name": name, "containerPort": port, "protocol": "TCP"}));
+            }
+            mounts.push(json!({"name": VOLUME, "mountPath": MOUNT_PATH, "readOnly": true}));
+            vols.push(json!({"name": VOLUME, "secret": {
+                "secretName": secret_name(gsp, spec),
+                "defaultMode": 0o400,
+            }}));
+        }
+        None => {
+            for name in ENV {
+                let before = original.iter().find(|e| e["name"] == name);
+                let now = current
+                    .and_then(|c| c.env.as_ref())
+                    .is_some_and(|env| env.iter().any(|e| e.name == name));
+                match before {
+                    Some(entry) => {
+                        let mut entry = entry.clone();
+                        for key in ["value", "valueFrom"] {
+                            if entry.get(key).is_none() {
+                                entry[key] = Value::Null;
+                            }
+                        }
+                        env.push(entry);
+                    }
+                    None if now => env.push(json!({"name": name, "$patch": "delete"})),
+                    None => {}
+                }
+            }
+            for m in current
+                .and_then(|c| c.volume_mounts.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                if m.name == VOLUME {
+                    mounts.push(json!({"mountPath": m.mount_path, "$patch": "delete"}));
+                }
+            }
+            if volumes(w).iter().any(|v| v.name == VOLUME) {
+                vols.push(json!({"name": VOLUME, "$patch": "delete"}));
+            }
+        }
+    }
+    let mut template = json!({
+        "metadata": {"annotations": {DR_ANNOTATION: setup.map(|(_, mark)| mark)}},
+        "spec": {
+            "containers": [{
+                "name": c.container,
+                "env": env,
+                "ports": ports,
+                "volumeMounts": mounts,
+            }],
+            "volumes": vols,
+        },
+    });
+    strip_empty(&mut template);
+    json!({"spec": {"template": template}})
+}
+
+/// Drops empty lists from a patch (an empty list would replace the workload's list).
+fn strip_empty(v: &mut Value) {
+    if let Value::Object(map) = v {
+        map.retain(|_, x| !matches!(x, Value::Array(a) if a.is_empty()));
+        for x in map.values_mut() {
+            strip_empty(x);
+        }
+    } else if let Value::Array(items) = v {
+        for x in items {
+            strip_empty(x);
+        }
+    }
+}
+
+/// `w` carries nothing of a setup: no mark, none of its ports, mount or volume, and the environment as
+/// it was.
+fn clean(w: &Workload, c: &DisasterRecoveryComponent) -> bool {
+    let original: Vec<Value> = serde_json::from_str(&c.original).unwrap_or_default();
+    let Some(cont) = container(w, &c.container) else {
+        return true;
+    };
+    w.dr_mark().is_none()
+        && !cont.ports.iter().flatten().any(|p| {
+            p.name
+                .as_deref()
+                .is_some_and(|n| n == REPLICATION_PORT_NAME || n == CONTROL_PORT_NAME)
+        })
+        && !cont
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == VOLUME)
+        && !volumes(w).iter().any(|v| v.name == VOLUME)
+        && env_now(w, &c.container) == original
+}
+
+/// The Service that publishes the pair's two ports, in front of Core Hub's pods.
+fn service(
+    gsp: &GluesyncPlatform,
+    spec: &DisasterRecoverySpec,
+    core: &Workload,
+) -> k8s_openapi::api::core::v1::Service {
+    use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use kube::Resource;
+    let s = &spec.service;
+    let external = s.type_ != crate::api::ServiceType::ClusterIP;
+    let port = |name: &str, number: i32, node_port: Option<i32>| ServicePort {
+        name: Some(name.to_string()),
+        port: number,
+        target_port: Some(IntOrString::Int(number)),
+        protocol: Some("TCP".into()),
+        node_port: node_port.filter(|_| external),
+        ..Default::default()
+    };
+    let mut meta = kube::api::ObjectMeta {
+        name: Some(service_name(gsp)),
+        namespace: gsp.metadata.namespace.clone(),
+        labels: Some(
+            [
+                (MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string()),
+                (
+                    PLATFORM_LABEL.to_string(),
+                    gsp.metadata.name.clone().unwrap_or_default(),
+                ),
+            ]
+            .into(),
+        ),
+        owner_references: gsp.controller_owner_ref(&()).map(|o| vec![o]),
+        ..Default::default()
+    };
+    if !s.annotations.is_empty() {
+        meta.annotations = Some(s.annotations.clone());
+    }
+    Service {
+        metadata: meta,
+        spec: Some(ServiceSpec {
+            type_: Some(s.type_.as_str().to_string()),
+            selector: Some(core.selector.clone()),
+            ports: Some(vec![
+                port(
+                    REPLICATION_PORT_NAME,
+                    spec.replication_port,
+                    s.replication_node_port,
+                ),
+                port(CONTROL_PORT_NAME, spec.control_port, s.control_node_port),
+            ]),
+            load_balancer_class: s
+                .load_balancer_class
+                .clone()
+                .filter(|_| s.type_ == crate::api::ServiceType::LoadBalancer),
+            load_balancer_source_ranges: (!s.load_balancer_source_ranges.is_empty()
+                && s.type_ == crate::api::ServiceType::LoadBalancer)
+                .then(|| s.load_balancer_source_ranges.clone()),
+            external_traffic_policy: s.external_traffic_policy.clone().filter(|_| external),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// A digest of the Service's settings: a change of them is written to the Service of an active pair.
+fn service_digest(spec: &DisasterRecoverySpec) -> String {
+    let text = serde_json::to_string(&spec.service).unwrap_or_default();
+    crate::spill::digest(&[text])
+}
+
+fn set_phase(dr: &mut DisasterRecoveryStatus, phase: Phase, message: String, obs: &Observed) {
+    if dr.phase != phase {
+        dr.since = obs.now.clone();
+    }
+    dr.phase = phase;
+    dr.message = message;
+}
+
+fn workload<'a>(obs: &Observed<'a>, c: &DisasterRecoveryComponent) -> Option<&'a Workload> {
+    obs.workloads
+        .iter()
+        .find(|w| w.name == c.name && w.kind == c.kind)
+}
+
+/// Starts a setup (or refuses it: Failed, with why), from no setup, a failed one, or an active one
+/// whose settings changed.
+fn start(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    spec: &DisasterRecoverySpec,
+    previous: Option<&DisasterRecoveryStatus>,
+    d: &mut Decision,
+) {
+    let mark = setup_mark(gsp, spec);
+    let secret = secret_name(gsp, spec);
+    let mut dr = DisasterRecoveryStatus {
+        phase: Phase::SettingUp,
+        role: spec.role,
+        peer_address: spec.peer_address.clone(),
+        setup: mark.clone(),
+        secret_name: secret.clone(),
+        service: previous.and_then(|p| p.service.clone()),
+        service_settings: previous.and_then(|p| p.service_settings.clone()),
+        message: String::new(),
+        failure: None,
+        since: obs.now.clone(),
+        components: vec![],
+    };
+    let refused = match (&obs.dr.secret, targets(obs)) {
+        (_, Err(why)) => Some(why),
+        (SecretState::NotAllowed, _) => Some(format!(
+            "GKO's installation does not allow it to read Secret {secret}: add it to the allowed Secrets \
+             (the operator chart's disasterRecovery.enabled, or platform.disasterRecovery.secretName)"
+        )),
+        (SecretState::Missing, _) => Some(format!("Secret {secret} does not exist")),
+        (SecretState::NoKey, _) => Some(format!(
+            "Secret {secret} has no {DR_SECRET_KEY}: the pair's shared secret"
+        )),
+        (SecretState::Unreadable(why), _) => Some(format!("reading Secret {secret}: {why}")),
+        (SecretState::Unknown, _) => Some(format!("Secret {secret} was not read")),
+        (SecretState::Present { .. }, Ok(targets)) => {
+            let mut why = None;
+            for w in targets {
+                let cname = w.container.clone().unwrap_or_default();
+                let kept = previous
+                    .and_then(|p| p.components.iter().find(|c| c.name == w.name))
+                    .map(|c| c.original.clone());
+                if kept.is_none() && why.is_none() {
+                    why = collision(w, &cname, spec);
+                }
+                let original = kept.unwrap_or_else(|| {
+                    serde_json::to_string(&env_now(w, &cname)).unwrap_or_default()
+                });
+                dr.components.push(DisasterRecoveryComponent {
+                    name: w.name.clone(),
+                    kind: w.kind,
+                    container: cname,
+                    original,
+                    state: State::Pending,
+                    changed_at: None,
+                    stable: None,
+                    message: None,
+                });
+            }
+            why
+        }
+    };
+    match refused {
+        Some(why) if previous.is_some_and(|p| p.phase == Phase::Active) => {
+            // An active pair keeps running as it is; the new settings are refused.
+            let mut kept = previous.cloned().unwrap_or(dr);
+            kept.message = format!("the new disaster-recovery settings are refused: {why}");
+            d.event(true, "DisasterRecoveryRefused", kept.message.clone());
+            d.status.disaster_recovery = Some(kept);
+        }
+        Some(why) => {
+            dr.components.clear();
+            dr.phase = Phase::Failed;
+            dr.message = format!("the disaster-recovery setup is refused: {why}");
+            d.event(true, "DisasterRecoveryRefused", dr.message.clone());
+            d.status.disaster_recovery = Some(dr);
+        }
+        None => {
+            let names: Vec<&str> = dr.components.iter().map(|c| c.name.as_str()).collect();
+            dr.message = format!(
+                "setting up this install as the {} of a disaster-recovery pair with {}: changing {}",
+                spec.role.as_str(),
+                spec.peer_address,
+                names.join(", ")
+            );
+            d.event(false, "DisasterRecoveryStarted", dr.message.clone());
+            d.status.disaster_recovery = Some(dr);
+            d.again = true;
+        }
+    }
+}
+
+/// Carries the disaster-recovery setup one move on (no update runs).
+pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
+    let want = wanted(gsp);
+    let Some(mut dr) = d.status.disaster_recovery.clone() else {
+        if let Some(spec) = want {
+            start(gsp, obs, spec, None, d);
+        }
+        return;
+    };
+    let mark = want.map(|s| setup_mark(gsp, s));
+    match dr.phase {
+        Phase::Failed => match want {
+            None => {
+                // A refused setup may leave the Secret its request wrote: it goes with the setup.
+                if removed(gsp, obs, &dr, d) {
+                    d.status.disaster_recovery = None;
+                }
+            }
+            Some(spec) if mark.as_deref() != Some(dr.setup.as_str()) => {
+                start(gsp, obs, spec, None, d)
+            }
+            Some(_) => {}
+        },
+        Phase::Active | Phase::SettingUp => match want {
+            None => {
+                set_phase(
+                    &mut dr,
+                    Phase::TearingDown,
+                    "taking the disaster-recovery pair down: putting the workloads back".into(),
+                    obs,
+                );
+                d.event(false, "DisasterRecoveryTeardownStarted", dr.message.clone());
+                d.status.disaster_recovery = Some(dr);
+                d.again = true;
+            }
+            Some(spec) if mark.as_deref() != Some(dr.setup.as_str()) => {
+                start(gsp, obs, spec, Some(&dr), d)
+            }
+            Some(spec) if dr.phase == Phase::Active => active(gsp, obs, spec, dr, d),
+            Some(spec) => setting_up(gsp, obs, spec, dr, d),
+        },
+        Phase::RollingBack | Phase::TearingDown => restore(gsp, obs, dr, d),
+    }
+    if busy(d.status.disaster_recovery.as_ref()) {
+        show_busy(gsp, obs, d);
+    }
+}
+
+/// An active pair: its workloads still carry it, its Service is there with the spec's settings.
+fn active(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    spec: &DisasterRecoverySpec,
+    mut dr: DisasterRecoveryStatus,
+    d: &mut Decision,
+) {
+    let drifted: Vec<String> = dr
+        .components
+        .iter()
+        .filter(|c| workload(obs, c).is_some_and(|w| w.dr_mark() != Some(dr.setup.as_str())))
+        .map(|c| c.name.clone())
+        .collect();
+    if !drifted.is_empty() {
+        for c in &mut dr.components {
+            if drifted.contains(&c.name) {
+                c.state = State::Pending;
+                c.stable = None;
+            }
+        }
+        let message = format!(
+            "{} no longer carry the disaster-recovery setup (changed outside GKO); setting it again",
+            drifted.join(", ")
+        );
+        d.event(true, "DisasterRecoveryDrift", message.clone());
+        set_phase(&mut dr, Phase::SettingUp, message, obs);
+        d.status.disaster_recovery = Some(dr);
+        d.again = true;
+        return;
+    }
+    let settings = service_digest(spec);
+    if (!obs.dr.service || dr.service_settings.as_deref() != Some(settings.as_str()))
+        && let Some(core) = dr.components.first().and_then(|c| workload(obs, c))
+    {
+        d.actions
+            .push(Action::ApplyService(Box::new(service(gsp, spec, core))));
+        dr.service_settings = Some(settings);
+    }
+    d.status.disaster_recovery = Some(dr);
+}
+
+/// One workload at a time gets the setup and passes its stability check; then the Service.
+fn setting_up(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    spec: &DisasterRecoverySpec,
+    mut dr: DisasterRecoveryStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    let mark = dr.setup.clone();
+    let mut failed = None;
+    let mut all_ready = true;
+    for c in &mut dr.components {
+        let Some(w) = workload(obs, c) else {
+            failed = Some(format!("{} is gone", c.name));
+            break;
+        };
+        match c.state {
+            State::Ready if w.dr_mark() == Some(mark.as_str()) => continue,
+            State::Ready | State::Pending | State::Restoring | State::Restored => {
+                c.state = State::RollingOut;
+                c.changed_at = Some(now.clone());
+                c.stable = None;
+                c.message = None;
+                d.again = true;
+                all_ready = false;
+                break;
+            }
+            State::RollingOut => {
+                all_ready = false;
+                if w.dr_mark() != Some(mark.as_str()) {
+                    // Written before the change, or the change was lost: (again) make it.
+                    d.actions.push(Action::PatchWorkload {
+                        kind: w.kind,
+                        name: w.name.clone(),
+                        patch: patch(gsp, w, c, Some((spec, &mark))),
+                    });
+                    d.requeue(std::time::Duration::from_secs(1));
+                    break;
+                }
+                let since = c.changed_at.clone().unwrap_or_else(|| now.clone());
+                let deadline = plus(&since, gsp.spec.stability_timeout_seconds);
+                let on_setup = |p: &crate::cluster::PodView| p.dr_mark.as_deref() == Some(&mark);
+                match super::rollout::stable_on(
+                    gsp,
+                    &mut c.stable,
+                    w,
+                    &on_setup,
+                    true,
+                    &deadline,
+                    now,
+                    d,
+                ) {
+                    Ok(true) => {
+                        c.state = State::Ready;
+                        c.stable = None;
+                        d.event(
+                            false,
+                            "DisasterRecoveryWorkloadReady",
+                            format!(
+                                "{} {} carries the disaster-recovery setup and passed its stability check",
+                                w.kind_name(),
+                                w.name
+                            ),
+                        );
+                        d.again = true;
+                        continue;
+                    }
+                    Ok(false) => break,
+                    Err(why) => {
+                        c.message = Some(why.clone());
+                        failed = Some(format!(
+                            "{} {} did not come up with the setup: {why}",
+                            w.kind_name(),
+                            w.name
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(why) = failed {
+        d.event(
+            true,
+            "DisasterRecoveryFailed",
+            format!("{why}; putting every change back"),
+        );
+        dr.failure = Some(why.clone());
+        set_phase(&mut dr, Phase::RollingBack, why, obs);
+        d.again = true;
+    } else if all_ready {
+        if obs.dr.service {
+            let message = format!(
+                "this install is the {} of a disaster-recovery pair with {}; Service {} publishes ports {} and {}",
+                spec.role.as_str(),
+                spec.peer_address,
+                service_name(gsp),
+                spec.replication_port,
+                spec.control_port
+            );
+            d.event(false, "DisasterRecoveryActive", message.clone());
+            set_phase(&mut dr, Phase::Active, message, obs);
+            dr.service = Some(service_name(gsp));
+        } else if let Some(core) = dr.components.first().and_then(|c| workload(obs, c)) {
+            d.actions
+                .push(Action::ApplyService(Box::new(service(gsp, spec, core))));
+            dr.service_settings = Some(service_digest(spec));
+            dr.message = format!(
+                "the workloads carry the setup; publishing ports {} and {} with Service {}",
+                spec.replication_port,
+                spec.control_port,
+                service_name(gsp)
+            );
+            d.requeue(std::time::Duration::from_secs(1));
+        }
+    } else if let Some(c) = dr.components.iter().find(|c| c.state == State::RollingOut) {
+        dr.message = format!(
+            "setting up this install as the {} of a disaster-recovery pair: {} rolls out",
+            spec.role.as_str(),
+            c.name
+        );
+    }
+    d.status.disaster_recovery = Some(dr);
+}
+
+/// Puts every workload back as it was (last changed first), then removes the Service and GKO's Secret;
+/// ends Failed (a rollback) or with no setup (a teardown).
+fn restore(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    mut dr: DisasterRecoveryStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    let mut done = true;
+    for c in dr.components.iter_mut().rev() {
+        if c.state == State::Restored {
+            continue;
+        }
+        let Some(w) = workload(obs, c) else {
+            c.state = State::Restored;
+            continue;
+        };
+        if c.state != State::Restoring {
+            if clean(w, c) {
+                c.state = State::Restored;
+                continue;
+            }
+            c.state = State::Restoring;
+            c.changed_at = Some(now.clone());
+            c.stable = None;
+            d.again = true;
+            done = false;
+            break;
+        }
+        done = false;
+        if !clean(w, c) {
+            d.actions.push(Action::PatchWorkload {
+                kind: w.kind,
+                name: w.name.clone(),
+                patch: patch(gsp, w, c, None),
+            });
+            d.requeue(std::time::Duration::from_secs(1));
+            break;
+        }
+        if w.kind == WorkloadKind::StatefulSet {
+            // Pods of the setup that do not come up would hold the rollback up: they go.
+            for p in w.pods.iter().filter(|p| p.dr_mark.is_some() && !p.ready) {
+                d.actions.push(Action::DeletePod(p.name.clone()));
+            }
+        }
+        let since = c.changed_at.clone().unwrap_or_else(|| now.clone());
+        let deadline = plus(&since, gsp.spec.stability_timeout_seconds);
+        let as_before = |p: &crate::cluster::PodView| p.dr_mark.is_none();
+        match super::rollout::stable_on(gsp, &mut c.stable, w, &as_before, true, &deadline, now, d)
+        {
+            Ok(true) => {
+                c.state = State::Restored;
+                c.stable = None;
+                d.again = true;
+                done = true;
+                continue;
+            }
+            Ok(false) => break,
+            Err(why) => {
+                // Nothing older to go back to: said, and the rest goes on.
+                d.event(
+                    true,
+                    "DisasterRecoveryRestoreNotStable",
+                    format!(
+                        "{} {} is back as it was before the setup but did not pass its stability check: {why}",
+                        w.kind_name(),
+                        w.name
+                    ),
+                );
+                c.message = Some(why);
+                c.state = State::Restored;
+                d.again = true;
+                done = true;
+                continue;
+            }
+        }
+    }
+    let all_back = dr.components.iter().all(|c| c.state == State::Restored);
+    if !(done && all_back) {
+        if let Some(c) = dr.components.iter().find(|c| c.state == State::Restoring) {
+            dr.message = match dr.phase {
+                Phase::RollingBack => format!(
+                    "the disaster-recovery setup failed ({}); putting {} back",
+                    dr.failure.as_deref().unwrap_or("a workload did not come up"),
+                    c.name
+                ),
+                _ => format!(
+                    "taking the disaster-recovery pair down: putting {} back",
+                    c.name
+                ),
+            };
+        }
+        d.status.disaster_recovery = Some(dr);
+        return;
+    }
+    // The workloads are back: the Service and the Secret GKO wrote go, then the phase ends.
+    if !removed(gsp, obs, &dr, d) {
+        d.status.disaster_recovery = Some(dr);
+        return;
+    }
+    match dr.phase {
+        Phase::RollingBack => {
+            let why = dr
+                .failure
+                .clone()
+                .unwrap_or_else(|| "a workload did not come up".into());
+            let message = format!(
+                "the disaster-recovery setup failed and was rolled back: {why}; every workload is as it \
+                 was before, and the Service and GKO's Secret are removed"
+            );
+            d.event(true, "DisasterRecoveryRolledBack", message.clone());
+            set_phase(&mut dr, Phase::Failed, message, obs);
+            dr.service = None;
+            dr.service_settings = None;
+            dr.components.clear();
+            d.status.disaster_recovery = Some(dr);
+        }
+        _ => {
+            d.event(
+                false,
+                "DisasterRecoveryRemoved",
+                "the disaster-recovery pair is taken down: the workloads are as they were before it, and \
+                 the Service and GKO's Secret are removed",
+            );
+            d.status.disaster_recovery = None;
+            d.again = true;
+        }
+    }
+}
+
+/// The Service and the Secret GKO wrote are gone; else their deletion is asked for.
+fn removed(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    dr: &DisasterRecoveryStatus,
+    d: &mut Decision,
+) -> bool {
+    let secret_left = matches!(obs.dr.secret, SecretState::Present { made_by_gko: true });
+    if obs.dr.service {
+        d.actions
+            .push(Action::DeleteMade(Made::Service, service_name(gsp)));
+    }
+    if secret_left {
+        d.actions
+            .push(Action::DeleteMade(Made::Secret, dr.secret_name.clone()));
+    }
+    if obs.dr.service || secret_left {
+        d.requeue(std::time::Duration::from_secs(1));
+        return false;
+    }
+    true
+}
+
+
+/// While a setup changes workloads, the platform's conditions say so.
+fn show_busy(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
+    let Some(dr) = &d.status.disaster_recovery else {
+        return;
+    };
+    let generation = gsp.metadata.generation.unwrap_or(0);
+    let reason = format!("DisasterRecovery{}", dr.phase.as_str());
+    let message = dr.message.clone();
+    let previous = d.status.conditions.clone();
+    d.status.message = Some(message.clone());
+    d.status.conditions = [(READY, false), (RECONCILING, true), (STALLED, false)]
+        .into_iter()
+        .map(|(t, v)| {
+            crate::status::condition(&previous, t, v, &reason, &message, generation, &obs.now)
+        })
+        .collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{DisasterRecoveryRole, DisasterRecoveryService};
+
+    fn core_hub(template: Value) -> Workload {
+        Workload {
+            kind: WorkloadKind::StatefulSet,
+            name: "core-hub".into(),
+            uid: "u".into(),
+            component_type: Some(ComponentType::CoreHub),
+            label_value: "core-hub".into(),
+            container: Some("c".into()),
+            image: "molo17/gluesync-core-hub:2.3.2.1".into(),
+            ready: true,
+            progress_deadline_exceeded: false,
+            rollout_blocker: None,
+            pods: vec![],
+            self_update_mark: None,
+            template: Box::new(serde_json::from_value(template).unwrap()),
+            selector: Default::default(),
+        }
+    }
+
+    fn spec() -> DisasterRecoverySpec {
+        DisasterRecoverySpec {
+            role: DisasterRecoveryRole::Primary,
+            peer_address: "peer".into(),
+            replication_port: 1718,
+            control_port: 1719,
+            secret_name: None,
+            revision: None,
+            service: DisasterRecoveryService::default(),
+        }
+    }
+
+    fn gsp() -> GluesyncPlatform {
+        let mut g = GluesyncPlatform::new(
+            "gluesync",
+            serde_json::from_value(json!({"version": "2.3.2.1"})).unwrap(),
+        );
+        g.metadata.namespace = Some("ns".into());
+        g
+    }
+
+    fn component(w: &Workload) -> DisasterRecoveryComponent {
+        DisasterRecoveryComponent {
+            name: w.name.clone(),
+            kind: w.kind,
+            container: "c".into(),
+            original: serde_json::to_string(&env_now(w, "c")).unwrap(),
+            state: State::RollingOut,
+            changed_at: None,
+            stable: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn an_entry_that_was_there_before_is_put_back_as_it_was_and_the_rest_leaves() {
+        let before = core_hub(json!({"spec": {"containers": [{"name": "c", "env": [
+            {"name": "A", "value": "1"},
+            {"name": "GLUESYNC_DR_ROLE", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "role"}}},
+        ]}]}}));
+        let c = component(&before);
+        let set = patch(&gsp(), &before, &c, Some((&spec(), "primary-x")));
+        let env = &set["spec"]["template"]["spec"]["containers"][0]["env"];
+        let role = env
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "GLUESYNC_DR_ROLE")
+            .unwrap();
+        assert_eq!(role["value"], "primary");
+        assert!(
+            role["valueFrom"].is_null() && role.get("valueFrom").is_some(),
+            "valueFrom is removed: {role}"
+        );
+        assert_eq!(
+            set["spec"]["template"]["metadata"]["annotations"][DR_ANNOTATION],
+            "primary-x"
+        );
+
+        // The workload as the setup left it.
+        let after = core_hub(json!({
+            "metadata": {"annotations": {DR_ANNOTATION: "primary-x"}},
+            "spec": {"containers": [{"name": "c",
+                "env": [{"name": "A", "value": "1"}, {"name": "GLUESYNC_DR_ROLE", "value": "primary"},
+                        {"name": "GLUESYNC_DR_ENABLED", "value": "true"}],
+                "ports": [{"name": "dr-replication", "containerPort": 1718}, {"name": "dr-control", "containerPort": 1719}],
+                "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT_PATH}]}],
+                "volumes": [{"name": VOLUME, "secret": {"secretName": "s"}}]}}));
+        assert!(!clean(&after, &c));
+        let back = patch(&gsp(), &after, &c, None);
+        let t = &back["spec"]["template"];
+        assert!(t["metadata"]["annotations"][DR_ANNOTATION].is_null());
+        let env = t["spec"]["containers"][0]["env"].as_array().unwrap();
+        let role = env
+            .iter()
+            .find(|e| e["name"] == "GLUESYNC_DR_ROLE")
+            .unwrap();
+        assert_eq!(
+            role["valueFrom"]["configMapKeyRef"]["key"], "role",
+            "put back as it was"
+        );
+        assert!(
+            role["value"].is_null() && role.get("value").is_some(),
+            "the value set goes: {role}"
+        );
+        let enabled = env
+            .iter()
+            .find(|e| e["name"] == "GLUESYNC_DR_ENABLED")
+            .unwrap();
+        assert_eq!(enabled["$patch"], "delete");
+        assert!(
+            !env.iter().any(|e| e["name"] == "A"),
+            "untouched entries are not in the patch"
+        );
+        let ports = t["spec"]["containers"][0]["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 2);
+        assert!(ports.iter().all(|p| p["$patch"] == "delete"));
+        assert_eq!(t["spec"]["volumes"][0]["$patch"], "delete");
+        assert_eq!(
+            t["spec"]["containers"][0]["volumeMounts"][0]["$patch"],
+            "delete"
+        );
+        assert!(clean(&before, &c));
+    }
+
+    #[test]
+    fn a_template_with_the_setups_ports_that_gko_did_not_put_there_is_refused() {
+        let by_hand = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "ports": [{"name": "dr-replication", "containerPort": 1718}]}]}}));
+        let why = collision(&by_hand, "c", &spec()).expect("refused");
+        assert!(why.contains("by hand"), "{why}");
+        let udp = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "ports": [{"containerPort": 1719, "protocol": "UDP"}]}]}}));
+        assert!(collision(&udp, "c", &spec()).is_some());
+        let plain = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "ports": [{"containerPort": 1717}]}]}}));
+        assert_eq!(collision(&plain, "c", &spec()), None);
+    }
+
+    #[test]
+    fn the_setup_mark_changes_with_what_changes_the_pods_only() {
+        let g = gsp();
+        let a = setup_mark(&g, &spec());
+        assert!(a.starts_with("primary-"));
+        let mut s = spec();
+        s.service.annotations.insert("x".into(), "y".into());
+        assert_eq!(
+            setup_mark(&g, &s),
+            a,
+            "Service settings do not roll the pods"
+        );
+        s.revision = Some("r2".into());
+        assert_ne!(setup_mark(&g, &s), a);
+        let mut s = spec();
+        s.peer_address = "other".into();
+        assert_ne!(setup_mark(&g, &s), a);
+    }
+}
