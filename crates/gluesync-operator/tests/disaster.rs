@@ -388,6 +388,33 @@ async fn a_pair_is_set_up_from_the_ui_and_taken_down_as_it_was() -> anyhow::Resu
     let annotations = service(&b).await?.unwrap().metadata.annotations.unwrap();
     assert_eq!(annotations["example.com/lb"], "internal");
 
+    // Saved again with other Service settings and the same secret: the Service changes, the workloads
+    // do not roll.
+    let built_b = [template(&b, CORE_HUB)?, template(&b, CHRONOS)?];
+    let mut again = setup_body("secondary", "dr-a.example.com");
+    again["service"] = json!({"type": "NodePort", "annotations": {"example.com/lb": "public"}});
+    let (code, body) = ui_b
+        .call(reqwest::Method::PUT, Some(&admin_b), Some(again))
+        .await?;
+    assert_eq!(code, 202, "{body}");
+    eventually(
+        "the new Service settings",
+        Duration::from_secs(20),
+        || async {
+            let svc = service(&b).await?;
+            let a = svc.and_then(|s| s.metadata.annotations).unwrap_or_default();
+            Ok((a.get("example.com/lb").map(String::as_str) == Some("public")).then_some(()))
+        },
+    )
+    .await?;
+    let g = wait_dr_phase(&b, DisasterRecoveryPhase::Active).await?;
+    assert_eq!(
+        [template(&b, CORE_HUB)?, template(&b, CHRONOS)?],
+        built_b,
+        "the workloads did not roll: {:?}",
+        dr(&g)
+    );
+
     let (code, body) = ui_a
         .call(reqwest::Method::GET, Some(&admin_a), None)
         .await?;

@@ -266,6 +266,23 @@ pub(super) async fn put_setup(State(api): State<Api>, req: Request) -> Response 
                 ),
             ));
         }
+        // The same shared secret keeps the revision: a setup that changes only the Service does not
+        // roll the workloads.
+        let mut spec = spec;
+        let kept = KubeApi::<Secret>::namespaced(api.view.writer.client().clone(), &api.view.namespace)
+            .get_opt(&name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.data)
+            .and_then(|d| d.get(DR_SECRET_KEY).cloned())
+            .is_some_and(|v| v.0 == shared_secret.as_bytes());
+        if kept
+            && let Some(current) = &gsp.spec.disaster_recovery
+            && current.secret_name.is_none()
+        {
+            spec.revision = current.revision.clone();
+        }
         let secret = pair_secret(&gsp, &name, &shared_secret);
         api.view.writer.apply_secret(&secret).await.map_err(|e| {
             tracing::warn!(error = %e, "writing the disaster-recovery Secret failed");

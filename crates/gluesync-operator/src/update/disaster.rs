@@ -848,7 +848,9 @@ fn restore(
             dr.message = match dr.phase {
                 Phase::RollingBack => format!(
                     "the disaster-recovery setup failed ({}); putting {} back",
-                    dr.failure.as_deref().unwrap_or("a workload did not come up"),
+                    dr.failure
+                        .as_deref()
+                        .unwrap_or("a workload did not come up"),
                     c.name
                 ),
                 _ => format!(
@@ -917,7 +919,6 @@ fn removed(
     }
     true
 }
-
 
 /// While a setup changes workloads, the platform's conditions say so.
 fn show_busy(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
