@@ -807,3 +807,123 @@ async fn gko_killed_at_each_step_of_a_setup_and_a_teardown_ends_as_without_the_k
     }
     Ok(())
 }
+
+/// Samples the platform every 50 ms until `done`, and fails if an update and a disaster-recovery change
+/// ever ran at once; what was seen, in order (without repeats).
+async fn never_together(
+    ns: &TestNamespace,
+    done: impl Fn(&gluesync_operator::api::GluesyncPlatform) -> bool,
+) -> anyhow::Result<Vec<String>> {
+    let api = platforms(ns);
+    let mut seen: Vec<String> = vec![];
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let g = api.get("gluesync").await?;
+        let updating = g.status.as_ref().and_then(|s| s.update.as_ref()).is_some();
+        let changing = dr(&g).is_some_and(|d| {
+            matches!(
+                d.phase,
+                DisasterRecoveryPhase::SettingUp
+                    | DisasterRecoveryPhase::RollingBack
+                    | DisasterRecoveryPhase::TearingDown
+            )
+        });
+        assert!(
+            !(updating && changing),
+            "an update and a disaster-recovery change at once: {:?}",
+            g.status
+        );
+        let now = match (updating, dr(&g)) {
+            (true, _) => "Updating".to_string(),
+            (false, Some(d)) => d.phase.as_str().to_string(),
+            (false, None) => "None".to_string(),
+        };
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+        if done(&g) {
+            return Ok(seen);
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "timed out: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_and_disaster_recovery_changes_take_turns() -> anyhow::Result<()> {
+    let ns = namespace("dr-turns").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 2}))?;
+    ns.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {SECRET}\nstringData:\n  sharedSecret: {SHARED}\n"
+    ))?;
+    let gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+    let before = [template(&ns, CORE_HUB)?, template(&ns, CHRONOS)?];
+
+    // A setup first; an update asked while Core Hub rolls out with it waits for the setup to end.
+    patch_spec(&ns, spec_setup()).await?;
+    wait_for_platform(&ns, "Core Hub rolling out the setup", |g| {
+        dr(g).is_some_and(|d| d.components[0].state == DisasterRecoveryComponentState::RollingOut)
+    })
+    .await?;
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let seen = never_together(&ns, |g| {
+        g.status.as_ref().is_some_and(|s| {
+            s.update.is_none()
+                && s.last_attempt
+                    .as_ref()
+                    .is_some_and(|a| a.target.as_deref() == Some("2.3.2.2"))
+        })
+    })
+    .await?;
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("SettingUp"),
+        "{seen:?}"
+    );
+    assert!(seen.contains(&"Updating".to_string()), "{seen:?}");
+    let g = platforms(&ns).get("gluesync").await?;
+    let (phase, since) = dr(&g).map(|d| (d.phase, d.since.clone())).unwrap();
+    assert_eq!(phase, DisasterRecoveryPhase::Active);
+    let attempt = g.status.clone().unwrap().last_attempt.unwrap();
+    assert_eq!(
+        attempt.result,
+        gluesync_operator::api::UpdateResult::Succeeded
+    );
+    assert!(
+        attempt.started_at.clone().unwrap().0 >= since.0,
+        "the update started once the setup was Active: {attempt:?}"
+    );
+    // The update kept the pair.
+    let t = template(&ns, CORE_HUB)?;
+    assert!(t.contains("gluesync-core-hub:2.3.2.2"), "{t}");
+    assert_carries(&t, "secondary", "dr-a.example.com")?;
+
+    // An update first; a teardown asked while it runs waits for it to end.
+    patch_spec(&ns, json!({"version": "2.3.2.1"})).await?;
+    wait_for_platform(&ns, "the update to run", |g| {
+        g.status.as_ref().and_then(|s| s.update.as_ref()).is_some()
+    })
+    .await?;
+    patch_spec(&ns, json!({"disasterRecovery": null})).await?;
+    let seen = never_together(&ns, |g| {
+        dr(g).is_none() && g.status.as_ref().is_some_and(|s| s.update.is_none())
+    })
+    .await?;
+    assert_eq!(
+        seen.first().map(String::as_str),
+        Some("Updating"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().map(String::as_str), Some("None"), "{seen:?}");
+    // Back to the first Core Hub and no pair: Core Hub's pod template as at the start, byte for byte;
+    // Chronos's differs only by its newer image (an unpinned module follows the catalog's latest).
+    assert_eq!(template(&ns, CORE_HUB)?, before[0]);
+    assert_eq!(
+        template(&ns, CHRONOS)?,
+        before[1].replace("gluesync-chronos:0.3.2", "gluesync-chronos:0.3.3")
+    );
+    gko.stop().await;
+    Ok(())
+}
