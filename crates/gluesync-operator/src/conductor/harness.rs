@@ -2,9 +2,10 @@
 //! fuzz`) and its unit tests. A request goes through exactly what a served one does (routing, the body
 //! limit, authentication with the `Authorization` header and the `gs-auth` cookie, the cross-site checks,
 //! the handlers and their body parsing), against a namespace holding one GluesyncPlatform and an API
-//! server that refuses every call. Core Hub knows one caller, a manager presenting
-//! [`KNOWN_TOKEN`] (as `Authorization: Bearer known-manager` or the cookie `gs-auth=known-manager`);
-//! any other credential costs an identity check that fails closed, as when Core Hub cannot be reached.
+//! server that refuses every call. Core Hub knows two callers, a manager presenting [`KNOWN_TOKEN`] (as
+//! `Authorization: Bearer known-manager` or the cookie `gs-auth=known-manager`) and a Super Admin
+//! presenting [`ADMIN_TOKEN`] the same ways; any other credential costs an identity check that fails
+//! closed, as when Core Hub cannot be reached.
 
 use std::{convert::Infallible, sync::Arc};
 
@@ -18,8 +19,10 @@ use crate::{
     api::GluesyncPlatform, lease::Leadership, metrics::Metrics, view::View, writer::Writer,
 };
 
-/// The credential Core Hub knows (a manager).
+/// A credential Core Hub knows: a manager.
 pub const KNOWN_TOKEN: &str = "known-manager";
+/// A credential Core Hub knows: a Super Admin (disaster recovery).
+pub const ADMIN_TOKEN: &str = "known-admin";
 
 /// An answer of the API: its status and its body, parsed as JSON when it is JSON.
 #[derive(Debug)]
@@ -112,8 +115,10 @@ impl Harness {
         let req = req.body(Body::from(raw[head..].to_vec())).ok()?;
         let open = super::open_route(req.uri().path());
         let known = identities::Presented::from_headers(req.headers()).is_some_and(|p| {
-            p.authorization.as_deref() == Some(&format!("Bearer {KNOWN_TOKEN}"))
-                || p.session.as_deref() == Some(KNOWN_TOKEN)
+            [KNOWN_TOKEN, ADMIN_TOKEN].iter().any(|t| {
+                p.authorization.as_deref() == Some(&format!("Bearer {t}"))
+                    || p.session.as_deref() == Some(t)
+            })
         });
         let api = Api {
             view: self.view.clone(),
@@ -121,20 +126,28 @@ impl Harness {
             corehub: Arc::default(),
             updating: Arc::default(),
         };
-        let key = api.identities.key(&identities::Presented {
-            authorization: Some(format!("Bearer {KNOWN_TOKEN}")),
-            session: None,
-        });
-        let manager = identities::Known::Caller(Caller {
-            username: "manager".into(),
-            role: "MANAGER".into(),
-        });
-        api.identities.remember(key, manager.clone());
-        let key = api.identities.key(&identities::Presented {
-            authorization: None,
-            session: Some(KNOWN_TOKEN.into()),
-        });
-        api.identities.remember(key, manager);
+        for (token, username, role) in [
+            (KNOWN_TOKEN, "manager", "MANAGER"),
+            (ADMIN_TOKEN, "admin", "SUPER_ADMIN"),
+        ] {
+            let caller = identities::Known::Caller(Caller {
+                username: username.into(),
+                role: role.into(),
+            });
+            for presented in [
+                identities::Presented {
+                    authorization: Some(format!("Bearer {token}")),
+                    session: None,
+                },
+                identities::Presented {
+                    authorization: None,
+                    session: Some(token.into()),
+                },
+            ] {
+                let key = api.identities.key(&presented);
+                api.identities.remember(key, caller.clone());
+            }
+        }
         let router = super::router_for(api);
         self.runtime.block_on(async move {
             let resp = router.oneshot(req).await.unwrap_or_else(|e| match e {});
@@ -164,6 +177,31 @@ mod tests {
 
     fn answer(h: &Harness, raw: &str) -> Answer {
         h.answer(raw.as_bytes()).expect("an HTTP request")
+    }
+
+    #[test]
+    fn only_the_super_admin_reaches_the_disaster_recovery_handlers() {
+        let h = Harness::new();
+        let put = |token: &str, body: &str| {
+            h.answer(
+                format!(
+                    "PUT /disaster-recovery HTTP/1.1\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\n\r\n{body}"
+                )
+                .as_bytes(),
+            )
+            .unwrap()
+            .status
+            .as_u16()
+        };
+        assert_eq!(put(KNOWN_TOKEN, "{}"), 403);
+        assert_eq!(put(ADMIN_TOKEN, "{\"role\":\"tertiary\"}"), 400);
+        // A valid setup: GKO may not write here (its API server refuses everything).
+        let valid = r#"{"role":"primary","peerAddress":"peer","sharedSecret":"0123456789abcdef0123456789abcdef"}"#;
+        assert!(
+            matches!(put(ADMIN_TOKEN, valid), 409 | 503),
+            "{}",
+            put(ADMIN_TOKEN, valid)
+        );
     }
 
     #[test]
