@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench fuzz crd reference model-check cluster-up cluster-down release
+.PHONY: demo test bench fuzz chaos crd reference model-check cluster-up cluster-down release
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -12,6 +12,10 @@ test:
 ## Fuzz the Conductor API's request parsing (SECONDS=60).
 fuzz:
 	hack/fuzz.sh $${SECONDS:-60}
+
+## Random fault schedules: generated histories against GKO's invariants (SECONDS=120, CHAOS_SEED=<time>).
+chaos:
+	hack/chaos.sh $${SECONDS:-120}
 
 ## Model-check the update deeper than the test suite does (GKO_MODEL_STATES distinct states, default 2,000,000).
 model-check:

@@ -1,0 +1,537 @@
+//! Random fault schedules: generated histories of spec changes and faults, run against the local control
+//! plane with the simulator as Core Hub and GKO as real processes, and GKO's invariants checked after each.
+//!
+//! A history is a few steps, each a wait then one operation: a new `spec.version` (a good one, an older
+//! one, one whose pods crash-loop or cannot be pulled), a new `spec.requestID`, or a fault: GKO killed
+//! (SIGKILL) or stopped (SIGTERM), a second GKO started, Core Hub down, slow or answering 500, maintenance
+//! requests applied late, a pipeline that never reaches maintenance mode, the catalog in maintenance.
+//! Afterwards every fault is cleared, one GKO runs, and the install must settle and satisfy
+//! [`violations`]. proptest generates the histories from a printed seed and, when one breaks an invariant,
+//! shrinks it to the shortest schedule that still does; that schedule is saved under
+//! `tests/chaos-regressions/` and replayed by the suite.
+//!
+//! `make chaos SECONDS=1800` runs histories for that long and prints how many histories, faults and
+//! invariant checks it ran.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use common::*;
+use gko_test_support::{TestNamespace, eventually};
+use gluesync_operator::api::GluesyncPlatform;
+use proptest::{
+    prelude::*,
+    test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner},
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+const CORE_HUB: &str = "gluesync-gluesync-core-hub";
+const KEPT: &str = "kept-in-maintenance-00020";
+
+/// One operation of a history.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+enum Op {
+    /// A new `spec.version`.
+    Version(String),
+    /// A new `spec.requestID`: run the same versions again.
+    NewRequest,
+    /// GKO killed with SIGKILL.
+    Kill,
+    /// GKO stopped with SIGTERM.
+    Term,
+    /// A second GKO started beside the first (it takes over when the first goes).
+    Second,
+    /// Core Hub refuses connections for this long.
+    CoreHubDown { ms: u64 },
+    /// Core Hub answers 500 to its next `count` requests.
+    CoreHubErrors { count: u32 },
+    /// Every Core Hub answer waits this long, for the rest of the history.
+    CoreHubSlow { ms: u64 },
+    /// Maintenance requests take effect this long after they are accepted, for the rest of the history.
+    LateMaintenance { ms: u64 },
+    /// One running pipeline never reaches maintenance mode, for the rest of the history.
+    Stuck,
+    /// The catalog answers "maintenance mode", for the rest of the history.
+    CatalogDown,
+}
+
+impl Op {
+    fn is_fault(&self) -> bool {
+        !matches!(self, Op::Version(_) | Op::NewRequest)
+    }
+}
+
+/// A wait, then an operation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Step {
+    wait_ms: u64,
+    op: Op,
+}
+
+/// The versions a history asks for: a newer and an older Core Hub, and two that never come up.
+const VERSIONS: [&str; 4] = ["2.3.2.2", "2.3.2.1", "2.3.2.2-crash", "2.3.2.2-unpullable"];
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => prop::sample::select(VERSIONS.to_vec()).prop_map(|v| Op::Version(v.to_string())),
+        1 => Just(Op::NewRequest),
+        4 => Just(Op::Kill),
+        2 => Just(Op::Term),
+        1 => Just(Op::Second),
+        3 => (500u64..6000).prop_map(|ms| Op::CoreHubDown { ms }),
+        2 => (1u32..20).prop_map(|count| Op::CoreHubErrors { count }),
+        1 => (50u64..1500).prop_map(|ms| Op::CoreHubSlow { ms }),
+        2 => (500u64..4000).prop_map(|ms| Op::LateMaintenance { ms }),
+        1 => Just(Op::Stuck),
+        1 => Just(Op::CatalogDown),
+    ]
+}
+
+fn history() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (0u64..1500, op()).prop_map(|(wait_ms, op)| Step { wait_ms, op }),
+        2..12,
+    )
+}
+
+/// What a run saw, for the report.
+#[derive(Default)]
+struct Tally {
+    histories: u64,
+    faults: u64,
+    checks: u64,
+}
+
+/// The state before a history: what must hold again after it.
+struct Before {
+    specs: BTreeMap<String, Value>,
+    core_hub_image: String,
+    running: Vec<String>,
+}
+
+/// Every managed workload's spec, with the managed container's image masked (the one field GKO may
+/// change).
+fn workload_specs(ns: &TestNamespace) -> anyhow::Result<BTreeMap<String, Value>> {
+    let mut out = BTreeMap::new();
+    for kind in ["statefulsets", "deployments"] {
+        let list: Value = serde_json::from_str(&ns.kubectl(&[
+            "get",
+            kind,
+            "-l",
+            "com.molo17.conductor.type",
+            "-o",
+            "json",
+        ])?)?;
+        for item in list["items"].as_array().into_iter().flatten() {
+            let mut spec = item["spec"].clone();
+            if let Some(c) = spec["template"]["spec"]["containers"].get_mut(0) {
+                c["image"] = json!("<image>");
+            }
+            out.insert(
+                format!(
+                    "{kind}/{}",
+                    item["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                spec,
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The invariants, after a history has settled: each violation, said plainly.
+fn violations(
+    before: &Before,
+    asked: &[String],
+    g: &GluesyncPlatform,
+    specs: &BTreeMap<String, Value>,
+    core_hub: (&str, bool),
+    sim: &gluesync_simulator::Simulator,
+    tally: &mut Tally,
+) -> Vec<String> {
+    let mut out = vec![];
+    let mut check = |ok: bool, what: String| {
+        tally.checks += 1;
+        if !ok {
+            out.push(what);
+        }
+    };
+    let status = g.status.clone().unwrap_or_default();
+    // Every pipeline that ran runs again; the one a user paused stays paused.
+    let paused = sim.in_maintenance();
+    check(
+        paused == [KEPT],
+        format!("pipelines left in maintenance mode: {paused:?}"),
+    );
+    check(
+        before.running.iter().all(|p| !paused.contains(p)),
+        "a pipeline that ran is paused".into(),
+    );
+    // Core Hub runs one image: the one before, or one asked for, and it is ready.
+    let (image, ready) = core_hub;
+    let allowed: Vec<String> = std::iter::once(before.core_hub_image.clone())
+        .chain(
+            asked
+                .iter()
+                .map(|v| format!("molo17/gluesync-core-hub:{v}")),
+        )
+        .collect();
+    check(
+        allowed.iter().any(|a| a == image),
+        format!("Core Hub runs {image}, neither the image before nor one asked for"),
+    );
+    check(ready, format!("Core Hub on {image} is not ready"));
+    check(
+        !image.ends_with("-crash") && !image.ends_with("-unpullable"),
+        format!("Core Hub was left on {image}, which never comes up"),
+    );
+    // History: at most 10, newest first, one entry per update.
+    check(
+        status.history.len() <= 10,
+        format!("{} history entries", status.history.len()),
+    );
+    let finished: Vec<_> = status.history.iter().map(|h| h.finished_at.0).collect();
+    check(
+        finished.windows(2).all(|w| w[0] >= w[1]),
+        format!("history not newest first: {finished:?}"),
+    );
+    let mut starts: Vec<_> = status
+        .history
+        .iter()
+        .map(|h| (h.started_at.clone().map(|t| t.0), h.request_id.clone()))
+        .collect();
+    starts.sort();
+    starts.dedup();
+    check(
+        starts.len() == status.history.len(),
+        "an update has two history entries".into(),
+    );
+    // At most one maintenance request per pipeline per update.
+    let calls = sim.calls();
+    let updates = status.history.len() as u32;
+    for (p, n) in &calls.enter {
+        check(
+            *n <= updates.max(1) && p != KEPT,
+            format!("pipeline {p} asked into maintenance {n} times in {updates} updates"),
+        );
+    }
+    // The status is consistent once idle.
+    check(
+        status.update.is_none() && status.phase != Some(gluesync_operator::api::Phase::Updating),
+        format!("idle with an update in the status: {:?}", status.phase),
+    );
+    check(
+        status.paused_pipelines.is_empty() && status.late_maintenance.is_none(),
+        format!("the ledger is not empty: {:?}", status.paused_pipelines),
+    );
+    check(
+        status.observed_generation == g.metadata.generation,
+        "observedGeneration is not current".into(),
+    );
+    let cond = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.status == "True")
+    };
+    if cond("Ready") == Some(false) {
+        check(
+            (cond("Reconciling") == Some(true)) != (cond("Stalled") == Some(true)),
+            "Ready is False and not exactly one of Reconciling and Stalled is True".into(),
+        );
+    }
+    // No workload field but the image changed.
+    for (name, spec) in &before.specs {
+        check(
+            specs.get(name) == Some(spec),
+            format!("{name}: a field other than the image changed"),
+        );
+    }
+    out
+}
+
+/// Runs one history in a fresh namespace; the violations found (empty: none).
+async fn run(steps: &[Step], tally: &mut Tally) -> anyhow::Result<Vec<String>> {
+    let ns = namespace("chaos").await?;
+    let sim = simulator().await?;
+    install_with_simulator(
+        &ns,
+        &sim,
+        json!({
+            "drainTimeoutSeconds": 5,
+            "stabilityWindowSeconds": 1,
+            "stabilityTimeoutSeconds": 15,
+        }),
+    )?;
+    let spawn = |name: &str| {
+        Gko::spawn(
+            &ns,
+            GkoOptions {
+                instance: Some(name.into()),
+                ..Default::default()
+            },
+        )
+    };
+    let mut gkos = vec![spawn("gko-a")?];
+    wait_settled(&ns).await?;
+    let before = Before {
+        specs: workload_specs(&ns)?,
+        core_hub_image: image_of(&ns, "statefulset", CORE_HUB).await?,
+        running: sim
+            .pipelines()
+            .into_iter()
+            .filter(|p| !p.is_in_maintenance_mode)
+            .map(|p| p.id)
+            .collect(),
+    };
+    let mut asked = vec![];
+    let mut requests = 0;
+    tally.histories += 1;
+    for step in steps {
+        tokio::time::sleep(Duration::from_millis(step.wait_ms)).await;
+        if step.op.is_fault() {
+            tally.faults += 1;
+        }
+        match &step.op {
+            Op::Version(v) => {
+                asked.push(v.clone());
+                patch_spec(&ns, json!({"version": v})).await?;
+            }
+            Op::NewRequest => {
+                requests += 1;
+                patch_spec(&ns, json!({"requestID": format!("chaos-{requests}")})).await?;
+            }
+            Op::Kill | Op::Term => {
+                if let Some(mut g) = gkos.pop() {
+                    if step.op == Op::Kill {
+                        g.kill()?;
+                    } else {
+                        g.terminate()?;
+                    }
+                }
+                if gkos.is_empty() {
+                    gkos.push(spawn("gko-a")?);
+                }
+            }
+            Op::Second => {
+                if gkos.len() < 2 {
+                    gkos.insert(0, spawn("gko-b")?);
+                }
+            }
+            Op::CoreHubDown { ms } => {
+                sim.update_faults(|f| f.down = true);
+                let sim2 = sim.sim.clone();
+                let ms = *ms;
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    sim2.update_faults(|f| f.down = false);
+                });
+            }
+            Op::CoreHubErrors { count } => sim.update_faults(|f| {
+                f.error_count = *count;
+                f.error_status = 500;
+            }),
+            Op::CoreHubSlow { ms } => sim.update_faults(|f| f.delay_ms = *ms),
+            Op::LateMaintenance { ms } => sim.update_faults(|f| f.maintenance_delay_ms = *ms),
+            Op::Stuck => sim.update_faults(|f| {
+                f.stuck.insert("p00003".into());
+            }),
+            Op::CatalogDown => sim.set_catalog_maintenance(true),
+        }
+    }
+    // Every fault cleared; one GKO runs; the install settles.
+    sim.set_faults(Default::default());
+    sim.set_catalog_maintenance(false);
+    let settled = eventually(
+        "the install to settle",
+        Duration::from_secs(180),
+        || async {
+            let g = platforms(&ns).get("gluesync").await?;
+            let s = g.status.clone().unwrap_or_default();
+            let idle = s.update.is_none()
+                && s.paused_pipelines.is_empty()
+                && s.late_maintenance.is_none()
+                && s.self_update.is_none()
+                && s.observed_generation == g.metadata.generation;
+            Ok(idle.then_some(g))
+        },
+    )
+    .await;
+    let g = match settled {
+        Ok(g) => g,
+        Err(e) => return Ok(vec![format!("did not settle: {e:#}")]),
+    };
+    // The settled status may still be resuming the last pipelines in Core Hub: let the ledger finish.
+    let _ = eventually("pipelines running", Duration::from_secs(30), || async {
+        Ok((sim.in_maintenance() == [KEPT]).then_some(()))
+    })
+    .await;
+    let sts: Value =
+        serde_json::from_str(&ns.kubectl(&["get", "statefulset", CORE_HUB, "-o", "json"])?)?;
+    let image = sts["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1);
+    let ready = sts["status"]["readyReplicas"].as_i64() == Some(replicas)
+        && sts["status"]["updatedReplicas"].as_i64() == Some(replicas);
+    let found = violations(
+        &before,
+        &asked,
+        &g,
+        &workload_specs(&ns)?,
+        (&image, ready),
+        &sim,
+        tally,
+    );
+    for mut g in gkos {
+        g.kill()?;
+    }
+    Ok(found)
+}
+
+/// Runs one generated history from `seed` with shrinking; the shrunk schedule when it breaks an
+/// invariant.
+fn run_seed(
+    rt: &tokio::runtime::Runtime,
+    seed: u64,
+    tally: &Arc<Mutex<Tally>>,
+) -> Result<(), (Vec<Step>, String)> {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases: 1,
+            max_shrink_iters: 64,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    );
+    let result = runner.run(&history(), |steps| {
+        let mut t = Tally::default();
+        let found = rt.block_on(run(&steps, &mut t));
+        if let Ok(mut all) = tally.lock() {
+            all.histories += t.histories;
+            all.faults += t.faults;
+            all.checks += t.checks;
+        }
+        match found {
+            Ok(v) if v.is_empty() => Ok(()),
+            Ok(v) => Err(TestCaseError::fail(v.join("; "))),
+            Err(e) => Err(TestCaseError::fail(format!("the run itself failed: {e:#}"))),
+        }
+    });
+    match result {
+        Ok(()) => Ok(()),
+        Err(proptest::test_runner::TestError::Fail(why, steps)) => Err((steps, why.to_string())),
+        Err(e) => Err((vec![], e.to_string())),
+    }
+}
+
+fn regressions_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chaos-regressions")
+}
+
+/// Runs generated histories from `seed` until `budget` runs out (or `max` histories ran); prints the seed
+/// and the figures. A failing history is shrunk, saved as a regression case, and fails the test.
+fn run_for(seed: u64, budget: Duration, max: u64) {
+    println!("chaos: seed {seed}, at most {} s", budget.as_secs());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let start = Instant::now();
+    let mut next = seed;
+    let mut failure = None;
+    while start.elapsed() < budget && next - seed < max {
+        if let Err((steps, why)) = run_seed(&rt, next, &tally) {
+            failure = Some((next, steps, why));
+            break;
+        }
+        next = next.wrapping_add(1);
+    }
+    let t = tally
+        .lock()
+        .map(|t| (t.histories, t.faults, t.checks))
+        .unwrap_or_default();
+    println!(
+        "chaos: {} histories ({} seeds from {seed}), {} injected faults, {} invariant checks in {:.0} s",
+        t.0,
+        next - seed + u64::from(failure.is_some()),
+        t.1,
+        t.2,
+        start.elapsed().as_secs_f64()
+    );
+    assert!(t.2 > 0 || failure.is_some(), "no invariant was checked");
+    if let Some((s, steps, why)) = failure {
+        let dir = regressions_dir();
+        let _ = std::fs::create_dir_all(&dir);
+        let file = dir.join(format!("seed-{s}.json"));
+        let _ = std::fs::write(
+            &file,
+            serde_json::to_string_pretty(&steps).unwrap_or_default(),
+        );
+        panic!(
+            "seed {s} breaks an invariant: {why}\nshortest schedule (saved to {}):\n{steps:#?}",
+            file.display()
+        );
+    }
+}
+
+fn time_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(1)
+}
+
+/// Generated histories for `CHAOS_SECONDS` (default 120), from the seed `CHAOS_SEED` (default: the
+/// time): `make chaos SECONDS=...`.
+#[test]
+#[ignore = "long: `make chaos SECONDS=...`"]
+fn generated_histories_keep_every_invariant() {
+    let seconds: u64 = std::env::var("CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(time_seed);
+    run_for(seed, Duration::from_secs(seconds), u64::MAX);
+}
+
+/// The suite's budget: every saved regression replayed, then three histories from a fixed seed and three
+/// from the time (both seeds printed).
+#[test]
+fn saved_regressions_and_a_short_budget_keep_every_invariant() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut tally = Tally::default();
+    if let Ok(entries) = std::fs::read_dir(regressions_dir()) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let steps: Vec<Step> =
+                serde_json::from_str(&std::fs::read_to_string(&path).expect("a saved schedule"))
+                    .expect("a saved schedule");
+            let found = rt.block_on(run(&steps, &mut tally)).expect("the run");
+            assert!(found.is_empty(), "{}: {found:?}", path.display());
+        }
+    }
+    drop(rt);
+    run_for(1, Duration::from_secs(120), 3);
+    run_for(time_seed(), Duration::from_secs(120), 3);
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Random fault schedules against GKO for $1 seconds (default 120), from the seed $CHAOS_SEED (default: the
+# time): generated histories of spec changes and faults on the local control plane, GKO's invariants
+# checked after each; prints how many histories, faults and checks ran. A failing history is shrunk and
+# saved under crates/gluesync-operator/tests/chaos-regressions/, which the test suite replays.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+hack/deps.sh
+hack/controlplane.sh build
+if hack/controlplane.sh status >/dev/null 2>&1; then
+  started=no
+else
+  started=yes
+  hack/controlplane.sh up
+fi
+stop() { [ "$started" = yes ] && hack/controlplane.sh down || true; }
+trap stop EXIT
+eval "$(hack/controlplane.sh env)"
+
+CHAOS_SECONDS=${1:-120} cargo test --locked -p gluesync-operator --test chaos -- \
+  --ignored --nocapture --test-threads 1 generated_histories_keep_every_invariant
