@@ -209,6 +209,22 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
                 (RECONCILING, false, reason, message.clone()),
                 (STALLED, !ready, reason, message),
             ];
+        } else if !current && generation_attempt.is_none() {
+            // This spec's update has not run yet: it starts next (or once what it waits for ends).
+            let message = format!(
+                "spec.version asks for Core Hub {} and {} runs; the update starts",
+                gsp.spec.version,
+                running.as_deref().unwrap_or("an image without a version")
+            );
+            if status.phase == Some(Phase::Updating) {
+                status.phase = Some(settled);
+            }
+            status.message = Some(message.clone());
+            conditions = [
+                (READY, false, "UpdatePending", message.clone()),
+                (RECONCILING, true, "UpdatePending", message.clone()),
+                (STALLED, false, "UpdatePending", message),
+            ];
         } else if !current {
             // The update of this spec already ran, and something else changed the image since: GKO does
             // not start maintenance by itself for that; a new spec.requestID asks it to.
@@ -448,10 +464,45 @@ mod tests {
 
     #[test]
     fn a_drifted_version_is_stalled_until_the_spec_changes() {
-        let s = idle(&gsp("2.3.2.2"), &sample(), &t("2026-01-01T00:00:00Z"));
+        // This spec's update ran (and succeeded); then Core Hub's image was changed by hand.
+        let mut g = gsp("2.3.2.2");
+        g.status = Some(GluesyncPlatformStatus {
+            phase: Some(Phase::Current),
+            last_attempt: Some(crate::api::Attempt {
+                target: Some("2.3.2.2".into()),
+                request_id: None,
+                requested_by: None,
+                generation: g.metadata.generation,
+                result: UpdateResult::Succeeded,
+                message: "update finished".into(),
+                started_at: None,
+                finished_at: t("2026-01-01T00:00:00Z"),
+                results: vec![],
+                paused_pipelines: vec![],
+                resumed_pipelines: vec![],
+            }),
+            ..Default::default()
+        });
+        let s = idle(&g, &sample(), &t("2026-01-01T00:00:00Z"));
         assert_eq!(cond(&s, STALLED).status, "True");
         assert_eq!(cond(&s, STALLED).reason, "VersionDrift");
         assert_eq!(cond(&s, RECONCILING).status, "False");
         assert_eq!(s.version.as_deref(), Some("2.3.2.1"));
+    }
+
+    #[test]
+    fn a_spec_whose_update_has_not_run_is_reconciling_not_stalled() {
+        // Between two updates (the spec changed while one ran): the next starts, nothing is stuck, and the
+        // phase of the update that ended does not stay.
+        let mut g = gsp("2.3.2.2");
+        g.status = Some(GluesyncPlatformStatus {
+            phase: Some(Phase::Updating),
+            ..Default::default()
+        });
+        let s = idle(&g, &sample(), &t("2026-01-01T00:00:00Z"));
+        assert_eq!(cond(&s, STALLED).status, "False");
+        assert_eq!(cond(&s, RECONCILING).status, "True");
+        assert_eq!(cond(&s, RECONCILING).reason, "UpdatePending");
+        assert_ne!(s.phase, Some(Phase::Updating));
     }
 }

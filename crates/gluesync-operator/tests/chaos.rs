@@ -349,18 +349,30 @@ async fn run(steps: &[Step], tally: &mut Tally) -> anyhow::Result<Vec<String>> {
     // Every fault cleared; one GKO runs; the install settles.
     sim.set_faults(Default::default());
     sim.set_catalog_maintenance(false);
+    // Settled: nothing running or pending (Reconciling not True), and the status unchanged for a second.
+    let idle = |g: &GluesyncPlatform| {
+        let s = g.status.clone().unwrap_or_default();
+        s.update.is_none()
+            && s.paused_pipelines.is_empty()
+            && s.late_maintenance.is_none()
+            && s.self_update.is_none()
+            && s.observed_generation == g.metadata.generation
+            && !s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Reconciling" && c.status == "True")
+    };
     let settled = eventually(
         "the install to settle",
         Duration::from_secs(180),
         || async {
             let g = platforms(&ns).get("gluesync").await?;
-            let s = g.status.clone().unwrap_or_default();
-            let idle = s.update.is_none()
-                && s.paused_pipelines.is_empty()
-                && s.late_maintenance.is_none()
-                && s.self_update.is_none()
-                && s.observed_generation == g.metadata.generation;
-            Ok(idle.then_some(g))
+            if !idle(&g) {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let again = platforms(&ns).get("gluesync").await?;
+            Ok((again.metadata.resource_version == g.metadata.resource_version).then_some(again))
         },
     )
     .await;

@@ -231,7 +231,7 @@ pub(super) fn core_hub(
         return;
     }
     if all_updated {
-        let message = format!("Core Hub {} passed its stability check", gsp.spec.version);
+        let message = format!("Core Hub {} passed its stability check", target(gsp, u));
         d.event(false, "CoreHubUpdated", message.clone());
         d.status.message = Some(format!(
             "{message}; taking pipelines out of maintenance mode"
@@ -241,8 +241,14 @@ pub(super) fn core_hub(
     }
     d.status.message = Some(format!(
         "waiting for Core Hub {} to stay ready for {} s",
-        gsp.spec.version, gsp.spec.stability_window_seconds
+        target(gsp, u),
+        gsp.spec.stability_window_seconds
     ));
+}
+
+/// The Core Hub version this update goes to (the spec may have moved on since it started).
+fn target(gsp: &GluesyncPlatform, u: &UpdateStatus) -> String {
+    u.target.clone().unwrap_or_else(|| gsp.spec.version.clone())
 }
 
 /// Puts a component back on its previous image until `deadline`; `Some(true)` once it runs it and is

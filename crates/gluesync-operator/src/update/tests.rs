@@ -871,6 +871,44 @@ fn core_hub_must_stay_ready_for_the_window_and_a_warm_up_restart_does_not_count(
 }
 
 #[test]
+fn a_spec_changed_mid_update_is_named_right_and_the_next_update_is_pending_not_stalled() {
+    let (mut g, mut world) = drained_start(Hub::new(&[], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 2);
+    // The spec moves on while Core Hub 2.3.2.2 rolls out.
+    g.spec.version = "2.3.2.1".into();
+    g.metadata.generation = Some(3);
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    world.step(&mut g, 3);
+    assert_eq!(
+        status(&g).message.as_deref(),
+        Some("waiting for Core Hub 2.3.2.2 to stay ready for 10 s")
+    );
+    let events = world.until(&mut g, 14, Resume);
+    assert_eq!(events[0].reason, "CoreHubUpdated");
+    assert_eq!(events[0].message, "Core Hub 2.3.2.2 passed its stability check");
+    // The update of generation 2 ends; the status it ends with says the next one is pending.
+    world.roll_out(&g, &["chronos"]);
+    let mut ended = None;
+    for now in 15..40 {
+        let d = world.step(&mut g, now);
+        if d.status.update.is_none() {
+            ended = Some(d.status);
+            break;
+        }
+        world.roll_out(&g, &["chronos"]);
+    }
+    let s = ended.expect("the update ends");
+    assert_ne!(s.phase, Some(Phase::Updating), "no phase Updating without an update");
+    let cond = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+    assert_eq!(cond("Stalled").status, "False", "{:?}", s.conditions);
+    assert_eq!(cond("Reconciling").status, "True");
+    // And the next update starts from it.
+    let d = world.step(&mut g, 41);
+    assert_eq!(d.status.update.as_ref().map(|u| u.generation), Some(3));
+}
+
+#[test]
 fn a_crash_loop_fails_core_hub_at_once_and_rolls_it_back() {
     let (mut g, mut world) = drained_start(Hub::new(&["a"], &[]), serde_json::json!({}));
     world.until(&mut g, 1, CoreHub);
