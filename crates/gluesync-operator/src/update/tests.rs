@@ -886,7 +886,10 @@ fn a_spec_changed_mid_update_is_named_right_and_the_next_update_is_pending_not_s
     );
     let events = world.until(&mut g, 14, Resume);
     assert_eq!(events[0].reason, "CoreHubUpdated");
-    assert_eq!(events[0].message, "Core Hub 2.3.2.2 passed its stability check");
+    assert_eq!(
+        events[0].message,
+        "Core Hub 2.3.2.2 passed its stability check"
+    );
     // The update of generation 2 ends; the status it ends with says the next one is pending.
     world.roll_out(&g, &["chronos"]);
     let mut ended = None;
@@ -899,7 +902,11 @@ fn a_spec_changed_mid_update_is_named_right_and_the_next_update_is_pending_not_s
         world.roll_out(&g, &["chronos"]);
     }
     let s = ended.expect("the update ends");
-    assert_ne!(s.phase, Some(Phase::Updating), "no phase Updating without an update");
+    assert_ne!(
+        s.phase,
+        Some(Phase::Updating),
+        "no phase Updating without an update"
+    );
     let cond = |t: &str| s.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
     assert_eq!(cond("Stalled").status, "False", "{:?}", s.conditions);
     assert_eq!(cond("Reconciling").status, "True");
