@@ -6,16 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-hack/deps.sh
-hack/controlplane.sh build
-if hack/controlplane.sh status >/dev/null 2>&1; then
-  started=no
-else
-  started=yes
-  hack/controlplane.sh up
-fi
-stop() { [ "$started" = yes ] && hack/controlplane.sh down || true; }
-trap stop EXIT
+. hack/cluster-session.sh
 eval "$(hack/controlplane.sh env)"
 
 CHAOS_SECONDS=${1:-120} cargo test --locked -p gluesync-operator --test chaos -- \

@@ -4,16 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-hack/deps.sh
-hack/controlplane.sh build
-if hack/controlplane.sh status >/dev/null 2>&1; then
-  started=no
-else
-  started=yes
-  hack/controlplane.sh up
-fi
-stop() { [ "$started" = yes ] && hack/controlplane.sh down || true; }
-trap stop EXIT
+. hack/cluster-session.sh
 
 log=$(mktemp)
 status=0

@@ -162,8 +162,9 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         gsp.status = Some(status);
     }
     let uid = gsp.uid().unwrap_or_default();
+    // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
+    let mut dr = dr_objects(view, &gsp).await.map_err(Error::Read)?;
     for _ in 0..STEPS_PER_RECONCILE {
-        let dr = dr_objects(view, &gsp).await.map_err(Error::Read)?;
         let workloads = view.workloads();
         let report = ctx.corehub.report(&uid);
         let access_problem = view.access.problem(&gsp, &workloads, &view.namespace);
@@ -187,7 +188,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                         .find(|p| &p.name == pod)
                         .map(|p| p.image.clone())
                 }),
-                dr,
+                dr: dr.clone(),
             },
         );
 
@@ -235,12 +236,19 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         }
 
         let mut failed = false;
+        let pair_changed = decision
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ApplyService(_) | Action::DeleteMade(..)));
         for action in decision.actions {
             match execute(view, &gsp, action).await {
                 Ok(Some(updated)) => gsp = updated,
                 Ok(None) => {}
                 Err(()) => failed = true,
             }
+        }
+        if pair_changed {
+            dr = dr_objects(view, &gsp).await.map_err(Error::Read)?;
         }
         ctx.corehub.want(&gsp, decision.corehub);
         ctx.catalog.want(&gsp, decision.catalog);
@@ -481,10 +489,8 @@ async fn dr_objects(view: &View, gsp: &GluesyncPlatform) -> Result<DrObjects, ku
                         .owner_references()
                         .iter()
                         .any(|o| Some(&o.uid) == gsp.metadata.uid.as_ref());
-                if has_key {
-                    SecretState::Present { made_by_gko }
-                } else if made_by_gko {
-                    // Still GKO's to remove.
+                // One GKO wrote is GKO's to remove, whatever it holds.
+                if has_key || made_by_gko {
                     SecretState::Present { made_by_gko }
                 } else {
                     SecretState::NoKey

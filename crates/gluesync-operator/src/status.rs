@@ -209,10 +209,18 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
                 (RECONCILING, false, reason, message.clone()),
                 (STALLED, !ready, reason, message),
             ];
-        } else if !current && generation_attempt.is_none() {
-            // This spec's update has not run yet: it starts next (or once what it waits for ends).
+        } else if !current {
+            // Either this spec's update has not run yet, and it starts next (or once what it waits for
+            // ends); or it ran and something else changed the image since: GKO does not start
+            // maintenance by itself for that, a new spec.requestID asks it to.
+            let pending = generation_attempt.is_none();
+            let (reason, next) = if pending {
+                ("UpdatePending", "the update starts")
+            } else {
+                ("VersionDrift", "set a new spec.requestID to update")
+            };
             let message = format!(
-                "spec.version asks for Core Hub {} and {} runs; the update starts",
+                "spec.version asks for Core Hub {} and {} runs; {next}",
                 gsp.spec.version,
                 running.as_deref().unwrap_or("an image without a version")
             );
@@ -221,23 +229,9 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
             }
             status.message = Some(message.clone());
             conditions = [
-                (READY, false, "UpdatePending", message.clone()),
-                (RECONCILING, true, "UpdatePending", message.clone()),
-                (STALLED, false, "UpdatePending", message),
-            ];
-        } else if !current {
-            // The update of this spec already ran, and something else changed the image since: GKO does
-            // not start maintenance by itself for that; a new spec.requestID asks it to.
-            let message = format!(
-                "spec.version asks for Core Hub {} and {} runs; set a new spec.requestID to update",
-                gsp.spec.version,
-                running.as_deref().unwrap_or("an image without a version")
-            );
-            status.message = Some(message.clone());
-            conditions = [
-                (READY, false, "VersionDrift", message.clone()),
-                (RECONCILING, false, "VersionDrift", message.clone()),
-                (STALLED, true, "VersionDrift", message),
+                (READY, false, reason, message.clone()),
+                (RECONCILING, pending, reason, message.clone()),
+                (STALLED, !pending, reason, message),
             ];
         } else if !not_ready.is_empty() {
             let message = format!("not ready: {}", not_ready.join(", "));

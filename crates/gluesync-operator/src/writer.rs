@@ -10,6 +10,7 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
+    core::NamespaceResourceScope,
     core::Status,
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
@@ -138,22 +139,14 @@ impl Writer {
             "metadata": { "name": name },
             "spec": { "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } },
         });
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.metrics.workload_writes.inc();
-        match kind {
-            WorkloadKind::StatefulSet => {
-                Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
-                    .patch(name, &params, &Patch::Apply(&patch))
-                    .await
-                    .map(|_| ())
-            }
-            WorkloadKind::Deployment => {
-                Api::<Deployment>::namespaced(self.client.clone(), namespace)
-                    .patch(name, &params, &Patch::Apply(&patch))
-                    .await
-                    .map(|_| ())
-            }
-        }
+        self.patch_kind(
+            namespace,
+            kind,
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
     }
 
     /// GKO's own Deployment: the image of `container` (when given) and the `gluesync.molo17.com/self-update`
@@ -191,9 +184,20 @@ impl Writer {
 
     /// Deletes a pod (a stuck pod of a failed StatefulSet revision, so the rollback can proceed).
     pub async fn delete_pod(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
-        self.gate()?;
         self.metrics.workload_writes.inc();
-        match Api::<Pod>::namespaced(self.client.clone(), namespace)
+        self.delete::<Pod>(namespace, name).await
+    }
+
+    /// Deletes a namespaced object; one already gone is fine.
+    async fn delete<K>(&self, namespace: &str, name: &str) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.gate()?;
+        match Api::<K>::namespaced(self.client.clone(), namespace)
             .delete(name, &Default::default())
             .await
         {
@@ -205,25 +209,7 @@ impl Writer {
 
     /// Writes a ConfigMap that holds part of a long pipeline list (server-side apply, GKO's field manager).
     pub async fn apply_configmap(&self, cm: &ConfigMap) -> Result<(), kube::Error> {
-        self.gate()?;
-        let ns = cm.namespace().unwrap_or_default();
-        let mut body = cm.clone();
-        body.metadata.managed_fields = None;
-        let patch = json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": body.metadata,
-            "data": body.data,
-        });
-        self.metrics.workload_writes.inc();
-        Api::<ConfigMap>::namespaced(self.client.clone(), &ns)
-            .patch(
-                &cm.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map(|_| ())
+        self.apply(cm).await
     }
 
     /// Changes a managed workload's pod template with a strategic merge patch (a disaster-recovery
@@ -240,17 +226,30 @@ impl Writer {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
+        self.patch_kind(namespace, kind, name, &params, &Patch::Strategic(patch))
+            .await
+    }
+
+    /// One patch of a managed StatefulSet or Deployment.
+    async fn patch_kind(
+        &self,
+        namespace: &str,
+        kind: WorkloadKind,
+        name: &str,
+        params: &PatchParams,
+        patch: &Patch<&serde_json::Value>,
+    ) -> Result<(), kube::Error> {
         self.metrics.workload_writes.inc();
         match kind {
             WorkloadKind::StatefulSet => {
                 Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
-                    .patch(name, &params, &Patch::Strategic(patch))
+                    .patch(name, params, patch)
                     .await
                     .map(|_| ())
             }
             WorkloadKind::Deployment => {
                 Api::<Deployment>::namespaced(self.client.clone(), namespace)
-                    .patch(name, &params, &Patch::Strategic(patch))
+                    .patch(name, params, patch)
                     .await
                     .map(|_| ())
             }
@@ -259,34 +258,35 @@ impl Writer {
 
     /// Writes the disaster-recovery Service (server-side apply, GKO's field manager, forced).
     pub async fn apply_service(&self, service: &Service) -> Result<(), kube::Error> {
-        self.gate()?;
-        let ns = service.namespace().unwrap_or_default();
-        let mut body = serde_json::to_value(service).map_err(kube::Error::SerdeError)?;
-        body["apiVersion"] = json!("v1");
-        body["kind"] = json!("Service");
-        self.metrics.workload_writes.inc();
-        Api::<Service>::namespaced(self.client.clone(), &ns)
-            .patch(
-                &service.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map(|_| ())
+        self.apply(service).await
     }
 
     /// Writes the Secret of a disaster-recovery pair (server-side apply, GKO's field manager, forced).
     /// The material is never logged.
     pub async fn apply_secret(&self, secret: &Secret) -> Result<(), kube::Error> {
+        self.apply(secret).await
+    }
+
+    /// Server-side apply of a whole namespaced object GKO owns, under its field manager, forced.
+    async fn apply<K>(&self, object: &K) -> Result<(), kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
         self.gate()?;
-        let ns = secret.namespace().unwrap_or_default();
-        let mut body = serde_json::to_value(secret).map_err(kube::Error::SerdeError)?;
-        body["apiVersion"] = json!("v1");
-        body["kind"] = json!("Secret");
+        let mut body = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
+        body["apiVersion"] = json!(K::api_version(&()));
+        body["kind"] = json!(K::kind(&()));
+        if let Some(meta) = body.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.remove("managedFields");
+        }
         self.metrics.workload_writes.inc();
-        Api::<Secret>::namespaced(self.client.clone(), &ns)
+        Api::<K>::namespaced(self.client.clone(), &object.namespace().unwrap_or_default())
             .patch(
-                &secret.name_any(),
+                &object.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
             )
@@ -301,34 +301,15 @@ impl Writer {
         kind: Made,
         name: &str,
     ) -> Result<(), kube::Error> {
-        self.gate()?;
-        let result = match kind {
-            Made::Service => Api::<Service>::namespaced(self.client.clone(), namespace)
-                .delete(name, &Default::default())
-                .await
-                .map(|_| ()),
-            Made::Secret => Api::<Secret>::namespaced(self.client.clone(), namespace)
-                .delete(name, &Default::default())
-                .await
-                .map(|_| ()),
-        };
-        match result {
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            other => other,
+        match kind {
+            Made::Service => self.delete::<Service>(namespace, name).await,
+            Made::Secret => self.delete::<Secret>(namespace, name).await,
         }
     }
 
     /// Deletes a ConfigMap of a pipeline list no status names any more.
     pub async fn delete_configmap(&self, namespace: &str, name: &str) -> Result<(), kube::Error> {
-        self.gate()?;
-        match Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
-            .delete(name, &Default::default())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.delete::<ConfigMap>(namespace, name).await
     }
 
     /// Puts GKO's finalizer on the platform (`on`), or takes it off, keeping every other finalizer.

@@ -54,6 +54,18 @@ impl Ui {
         let resp = req.send().await?;
         Ok((resp.status().as_u16(), resp.text().await?))
     }
+
+    /// A request the API must accept (202); its answer.
+    async fn accepted(
+        &self,
+        method: reqwest::Method,
+        token: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<String> {
+        let (code, answer) = self.call(method, Some(token), body).await?;
+        assert_eq!(code, 202, "{answer}");
+        Ok(answer)
+    }
 }
 
 /// GKO as a process (its log is read), serving the Conductor API.
@@ -363,14 +375,13 @@ async fn a_pair_is_set_up_from_the_ui_and_taken_down_as_it_was() -> anyhow::Resu
 
     let admin_a = sim_a.token_for("admin");
     let admin_b = sim_b.token_for("admin");
-    let (code, body) = ui_a
-        .call(
+    let body = ui_a
+        .accepted(
             reqwest::Method::PUT,
-            Some(&admin_a),
+            &admin_a,
             Some(setup_body("primary", "dr-b.example.com")),
         )
         .await?;
-    assert_eq!(code, 202, "{body}");
     assert!(
         !body.contains(SHARED),
         "the answer echoes no secret: {body}"
@@ -378,10 +389,8 @@ async fn a_pair_is_set_up_from_the_ui_and_taken_down_as_it_was() -> anyhow::Resu
     let mut secondary = setup_body("secondary", "dr-a.example.com");
     secondary["service"] =
         json!({"type": "NodePort", "annotations": {"example.com/lb": "internal"}});
-    let (code, body) = ui_b
-        .call(reqwest::Method::PUT, Some(&admin_b), Some(secondary))
+    ui_b.accepted(reqwest::Method::PUT, &admin_b, Some(secondary))
         .await?;
-    assert_eq!(code, 202, "{body}");
 
     assert_site_built(&a, "primary", "dr-b.example.com", "LoadBalancer").await?;
     assert_site_built(&b, "secondary", "dr-a.example.com", "NodePort").await?;
@@ -393,10 +402,8 @@ async fn a_pair_is_set_up_from_the_ui_and_taken_down_as_it_was() -> anyhow::Resu
     let built_b = [template(&b, CORE_HUB)?, template(&b, CHRONOS)?];
     let mut again = setup_body("secondary", "dr-a.example.com");
     again["service"] = json!({"type": "NodePort", "annotations": {"example.com/lb": "public"}});
-    let (code, body) = ui_b
-        .call(reqwest::Method::PUT, Some(&admin_b), Some(again))
+    ui_b.accepted(reqwest::Method::PUT, &admin_b, Some(again))
         .await?;
-    assert_eq!(code, 202, "{body}");
     eventually(
         "the new Service settings",
         Duration::from_secs(20),
@@ -429,8 +436,7 @@ async fn a_pair_is_set_up_from_the_ui_and_taken_down_as_it_was() -> anyhow::Resu
 
     // Teardown: the workloads as they were, byte for byte; the Service and the Secret gone.
     for (ui, token) in [(&ui_a, &admin_a), (&ui_b, &admin_b)] {
-        let (code, body) = ui.call(reqwest::Method::DELETE, Some(token), None).await?;
-        assert_eq!(code, 202, "{body}");
+        ui.accepted(reqwest::Method::DELETE, token, None).await?;
     }
     for (ns, before) in [(&a, &before_a), (&b, &before_b)] {
         wait_dr_gone(ns).await?;
@@ -465,14 +471,12 @@ async fn a_setup_that_crashes_core_hub_is_rolled_back_with_nothing_left() -> any
     let before = [template(&ns, CORE_HUB)?, template(&ns, CHRONOS)?];
     let admin = sim.token_for("admin");
     // The simulated node crash-loops a container whose peer address ends in ".crash".
-    let (code, body) = ui
-        .call(
-            reqwest::Method::PUT,
-            Some(&admin),
-            Some(setup_body("primary", "peer.crash")),
-        )
-        .await?;
-    assert_eq!(code, 202, "{body}");
+    ui.accepted(
+        reqwest::Method::PUT,
+        &admin,
+        Some(setup_body("primary", "peer.crash")),
+    )
+    .await?;
     let g = wait_dr_phase(&ns, DisasterRecoveryPhase::Failed).await?;
 
     // The fault landed where it claims: Core Hub's pods on the setup crash-looped.
@@ -514,8 +518,7 @@ async fn a_setup_that_crashes_core_hub_is_rolled_back_with_nothing_left() -> any
     assert!(service(&ns).await?.is_none(), "no Service");
     wait_settled(&ns).await?;
     // Failed stays until the setup asked for changes; taking it away clears it.
-    let (code, body) = ui.call(reqwest::Method::DELETE, Some(&admin), None).await?;
-    assert_eq!(code, 202, "{body}");
+    ui.accepted(reqwest::Method::DELETE, &admin, None).await?;
     wait_dr_gone(&ns).await?;
     Ok(())
 }

@@ -97,16 +97,7 @@ fn lease_time(
     ns: &gko_test_support::TestNamespace,
     field: &str,
 ) -> anyhow::Result<jiff::Timestamp> {
-    Ok(ns
-        .kubectl(&[
-            "get",
-            "lease",
-            "gluesync-operator",
-            "-o",
-            &format!("jsonpath={{.spec.{field}}}"),
-        ])?
-        .trim()
-        .parse()?)
+    Ok(lease_field(ns, field)?.parse()?)
 }
 
 /// A GKO that does not hold the Lease is still ready: readiness is about its caches.

@@ -497,13 +497,19 @@ pub async fn wait_finished(
 /// Who holds GKO's Lease in the namespace ("" when nobody does).
 #[allow(dead_code)]
 pub fn lease_holder(ns: &TestNamespace) -> anyhow::Result<String> {
+    lease_field(ns, "holderIdentity")
+}
+
+/// A field of the spec of GKO's Lease (`holderIdentity`, `renewTime`...), "" when it is not set.
+#[allow(dead_code)]
+pub fn lease_field(ns: &TestNamespace, field: &str) -> anyhow::Result<String> {
     Ok(ns
         .kubectl(&[
             "get",
             "lease",
             "gluesync-operator",
             "-o",
-            "jsonpath={.spec.holderIdentity}",
+            &format!("jsonpath={{.spec.{field}}}"),
         ])?
         .trim()
         .to_string())
