@@ -110,6 +110,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    // A deliberate bug asked for by a test is said at once (and an unknown one stops GKO here).
+    #[cfg(all(not(test), debug_assertions))]
+    crate::update::process_mutant();
     let ns = settings.namespace.as_str();
     let (leadership, elector) = match &settings.leader_election {
         Some(durations) => {

@@ -163,7 +163,7 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
         .last_attempt
         .as_ref()
         .filter(|a| a.generation == Some(generation));
-    let conditions;
+    let mut conditions;
     if let Some(problem) = problem(gsp, workloads) {
         status.version = None;
         status.phase = None;
@@ -255,6 +255,11 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
                 (RECONCILING, false, "Available", message.clone()),
                 (STALLED, false, "Available", message),
             ];
+        }
+    }
+    if crate::update::mutated(crate::update::Mutant::ReadyAlone) && !status.history.is_empty() {
+        for c in &mut conditions {
+            c.1 = false;
         }
     }
     status.conditions = conditions

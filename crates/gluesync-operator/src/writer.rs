@@ -133,12 +133,15 @@ impl Writer {
             WorkloadKind::StatefulSet => "StatefulSet",
             WorkloadKind::Deployment => "Deployment",
         };
-        let patch = json!({
+        let mut patch = json!({
             "apiVersion": "apps/v1",
             "kind": kind_name,
             "metadata": { "name": name },
             "spec": { "template": { "spec": { "containers": [ { "name": container, "image": image } ] } } },
         });
+        if crate::update::mutated(crate::update::Mutant::PullPolicy) {
+            patch["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
+        }
         self.patch_kind(
             namespace,
             kind,

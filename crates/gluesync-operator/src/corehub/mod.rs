@@ -61,6 +61,10 @@ pub struct Work {
     /// Pipelines to be asked, once this epoch, to enter maintenance mode. Each was recorded in
     /// `status.pausedPipelines` before it appears here.
     pub enter: Arc<BTreeSet<String>>,
+    /// Pipelines the update has asked in so far (`status.update.askedPipelines`). A worker that begins an
+    /// epoch counts them as asked: a GKO that took over from one that stopped never asks a pipeline
+    /// twice in one update, even when it cannot tell whether the request went out.
+    pub asked: Arc<BTreeSet<String>>,
     /// Pipelines to be asked to leave maintenance mode: once this epoch, and again while Core Hub still
     /// lists them in maintenance mode.
     pub exit: Arc<BTreeSet<String>>,

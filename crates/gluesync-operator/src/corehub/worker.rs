@@ -239,7 +239,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         }
         if work.epoch != epoch {
             epoch = work.epoch.clone();
-            entered.clear();
+            entered = work.asked.iter().cloned().collect();
             *lock(&input.report) = Report {
                 epoch: epoch.clone(),
                 ..Default::default()
@@ -299,7 +299,9 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
                 accepted = ok.len(),
                 "maintenance enter requests sent"
             );
-            entered.extend(ok.into_iter().map(|(id, _)| id));
+            if !crate::update::mutated(crate::update::Mutant::ForgetAsked) {
+                entered.extend(ok.into_iter().map(|(id, _)| id));
+            }
             errors = errors.or(error);
         }
 

@@ -173,6 +173,9 @@ pub(super) fn finish(
         ));
     }
     status.last_attempt = Some(attempt);
+    if super::mutated(super::Mutant::HistoryTwice) {
+        status.history.insert(0, entry.clone());
+    }
     status.history.insert(0, entry);
     status.history.truncate(HISTORY_LIMIT);
     if result == UpdateResult::Refused {

@@ -40,10 +40,12 @@ use crate::{
 
 pub use plan::target_image;
 
-/// Deliberate bugs the model checker's tests switch on (per thread, in tests only) to show that each
-/// property it checks bites. Outside tests none is ever on.
+/// Deliberate bugs, each breaking one promise GKO keeps, to show that the checks of those promises bite:
+/// the model checker's tests switch one on per thread; a debug build of GKO takes one from the
+/// environment variable `GKO_TEST_MUTANT` (its name, as below), for the random fault schedules
+/// (`tests/chaos.rs`). A release build never has one on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg_attr(not(any(test, debug_assertions)), allow(dead_code))]
 pub(crate) enum Mutant {
     /// The engine before the ledger: Resume exits only the pipelines it sees in maintenance mode, and
     /// late maintenance requests are not watched for.
@@ -56,6 +58,35 @@ pub(crate) enum Mutant {
     RefusedPatches,
     /// A Refused update sets the phase to Current.
     RefusedPhaseCurrent,
+    /// Resume drops the first pipeline of the ledger without asking Core Hub to take it out.
+    DropFromLedger,
+    /// A Core Hub that does not come up is not put back on the image it ran before.
+    NoRollback,
+    /// A finished update is recorded twice in `status.history`.
+    HistoryTwice,
+    /// The Core Hub worker forgets which pipelines it asked into maintenance mode.
+    ForgetAsked,
+    /// Between updates, `Ready` is False with neither `Reconciling` nor `Stalled` True.
+    ReadyAlone,
+    /// An image change also sets the container's `imagePullPolicy`.
+    PullPolicy,
+}
+
+impl Mutant {
+    #[cfg_attr(any(test, not(debug_assertions)), allow(dead_code))]
+    const ALL: [Mutant; 11] = [
+        Mutant::OldResume,
+        Mutant::PauseBeforeRecord,
+        Mutant::PatchBeforeDrained,
+        Mutant::RefusedPatches,
+        Mutant::RefusedPhaseCurrent,
+        Mutant::DropFromLedger,
+        Mutant::NoRollback,
+        Mutant::HistoryTwice,
+        Mutant::ForgetAsked,
+        Mutant::ReadyAlone,
+        Mutant::PullPolicy,
+    ];
 }
 
 #[cfg(test)]
@@ -69,14 +100,36 @@ pub(crate) fn set_mutant(m: Option<Mutant>) {
     MUTANT.with(|c| c.set(m));
 }
 
-/// Is this deliberate bug on? Never outside tests.
+/// The deliberate bug `GKO_TEST_MUTANT` names, in a debug build (read once). An unknown name stops the
+/// process: a test that asks for a bug must get it.
+#[cfg(all(not(test), debug_assertions))]
+pub(crate) fn process_mutant() -> Option<Mutant> {
+    static MUTANT: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
+    *MUTANT.get_or_init(|| {
+        let name = std::env::var("GKO_TEST_MUTANT").ok()?;
+        let found = Mutant::ALL.into_iter().find(|m| format!("{m:?}") == name);
+        match found {
+            Some(m) => {
+                tracing::warn!(mutant = ?m, "a deliberate bug is switched on (GKO_TEST_MUTANT)")
+            }
+            None => panic!("GKO_TEST_MUTANT={name} names no deliberate bug"),
+        }
+        found
+    })
+}
+
+/// Is this deliberate bug on? Never in a release build.
 #[allow(unused_variables)]
 pub(crate) fn mutated(m: Mutant) -> bool {
     #[cfg(test)]
     {
         MUTANT.with(|c| c.get() == Some(m))
     }
-    #[cfg(not(test))]
+    #[cfg(all(not(test), debug_assertions))]
+    {
+        process_mutant() == Some(m)
+    }
+    #[cfg(all(not(test), not(debug_assertions)))]
     {
         false
     }

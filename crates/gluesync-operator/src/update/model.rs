@@ -357,7 +357,7 @@ impl State {
                 epoch: work.epoch.clone(),
                 ..Default::default()
             };
-            self.gko.entered.clear();
+            self.gko.entered = work.asked.iter().cloned().collect();
         }
     }
 

@@ -78,9 +78,29 @@ fn work(
         target: obs.target.clone()?,
         epoch,
         enter: Arc::new(enter),
+        asked: Arc::default(),
         exit: Arc::new(exit),
         poll,
     })
+}
+
+/// Drain's work: the running pipelines asked in, except those the update asked already (a GKO that
+/// stopped may have sent their request, and none is asked twice in one update).
+fn drain_work(
+    obs: &Observed,
+    epoch: String,
+    u: &UpdateStatus,
+    running: Vec<String>,
+) -> Option<Work> {
+    let mut w = work(
+        obs,
+        epoch,
+        running.into_iter().collect(),
+        BTreeSet::new(),
+        POLL_FAST,
+    )?;
+    w.asked = Arc::new(u.asked_pipelines.iter().cloned().collect());
+    Some(w)
 }
 
 /// Why Core Hub could not be asked, if the worker says so.
@@ -127,7 +147,7 @@ pub(super) fn drain(
                 format!("Core Hub could not be asked ({why})"),
             );
         }
-        d.corehub = work(obs, epoch, BTreeSet::new(), BTreeSet::new(), POLL_FAST);
+        d.corehub = drain_work(obs, epoch, u, vec![]);
         d.requeue_at(&deadline, now);
         return;
     };
@@ -188,18 +208,22 @@ pub(super) fn drain(
         );
         d.status.paused_pipelines.extend(new);
     }
+    // And in the update's own record, which a GKO taking over reads: asked once, never again.
+    let asked: BTreeSet<&str> = u.asked_pipelines.iter().map(String::as_str).collect();
+    let first: Vec<String> = running
+        .iter()
+        .filter(|id| !asked.contains(id.as_str()))
+        .cloned()
+        .collect();
+    if !mutated(Mutant::PauseBeforeRecord) {
+        u.asked_pipelines.extend(first);
+    }
     d.status.message = Some(format!(
         "waiting for {} of {} pipelines to reach maintenance mode",
         running.len(),
         d.status.paused_pipelines.len()
     ));
-    d.corehub = work(
-        obs,
-        epoch,
-        running.into_iter().collect(),
-        BTreeSet::new(),
-        POLL_FAST,
-    );
+    d.corehub = drain_work(obs, epoch, u, running);
     d.requeue_at(&deadline, now);
 }
 
@@ -305,6 +329,11 @@ pub(super) fn resume(
     };
     let released = settle_ledger(obs, &epoch, d);
     u.resumed_pipelines.extend(released);
+    if mutated(Mutant::DropFromLedger)
+        && let Some(first) = u.asked_pipelines.iter().min()
+    {
+        d.status.paused_pipelines.retain(|p| p != first);
+    }
     let owed = &d.status.paused_pipelines;
     if owed.is_empty() {
         if !u.resumed_pipelines.is_empty() {

@@ -93,6 +93,7 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
         started_at: obs.now.clone(),
         components: vec![],
         resumed_pipelines: vec![],
+        asked_pipelines: vec![],
         outcome: None,
         previous_phase: previous.phase,
     };

@@ -260,6 +260,9 @@ fn roll_back(
     now: &Time,
     d: &mut Decision,
 ) -> Option<bool> {
+    if super::mutated(super::Mutant::NoRollback) {
+        return Some(true);
+    }
     let from = c.from_image.clone();
     ensure_image(c, w, &from, d);
     // A StatefulSet does not replace a pod of the failed revision that never became ready.

@@ -148,7 +148,7 @@ impl Hub {
                 epoch: work.epoch.clone(),
                 ..Default::default()
             };
-            self.entered.clear();
+            self.entered = work.asked.iter().cloned().collect();
         }
         let ms = |t: i64, extra: i64| {
             Time(jiff::Timestamp::from_millisecond((1_800_000_000 + t) * 1000 + extra).unwrap())
@@ -644,6 +644,35 @@ fn drain_records_pipelines_before_asking_and_leaves_paused_ones_alone() {
     world.step(&mut g, 2);
     assert_eq!(update(&g).step.name(), CoreHub);
     assert!(!world.hub.enters.contains_key("user-paused"));
+}
+
+#[test]
+fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
+    // Core Hub applies maintenance requests 2 s late; the GKO that asked stops before they land.
+    let mut hub = Hub::new(&["a", "b", "c"], &[]);
+    hub.enter_delay = 2;
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 30}));
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(update(&g).asked_pipelines, ["a", "b", "c"]);
+    assert_eq!(world.hub.enters.len(), 3, "the first GKO sent the requests");
+    // A new GKO: its worker knows nothing of this epoch; the pipelines still run.
+    world.hub.report = Report::default();
+    world.hub.entered.clear();
+    let d = world.step(&mut g, 1);
+    assert_eq!(
+        d.corehub.as_ref().unwrap().asked.len(),
+        3,
+        "the new worker is told what the update asked"
+    );
+    world.step(&mut g, 1);
+    assert_eq!(update(&g).step.name(), Drain, "still waiting for them");
+    world.until(&mut g, 3, CoreHub);
+    assert!(
+        world.hub.enters.values().all(|n| *n == 1),
+        "each pipeline asked in once: {:?}",
+        world.hub.enters
+    );
 }
 
 #[test]
