@@ -8,6 +8,9 @@
 #   hack/controlplane.sh up       start the cluster on loopback (or reuse the one running), one simulated node
 #   hack/controlplane.sh down     stop it and remove its state
 #   hack/controlplane.sh status   say whether it runs
+#   hack/controlplane.sh restart kube-apiserver|kwok
+#                                 kill that process of the running cluster and start it again (a fault the
+#                                 random fault schedules inject), waiting until it serves again
 #   hack/controlplane.sh env      print the exports that point kubectl, helm and the tests at it
 #   hack/controlplane.sh bin      print the folder that holds the binaries
 #   hack/controlplane.sh kstatus  print the path of the kstatus binary: hack/kstatus/go.mod, how Flux,
@@ -163,6 +166,53 @@ wait_for() { # description seconds command...
   done
 }
 
+start_apiserver() {
+  local bin; bin=$(bin_dir)
+  start_proc kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --tls-cert-file "$cluster_dir/pki/apiserver.crt" --tls-private-key-file "$cluster_dir/pki/apiserver.key" \
+    --client-ca-file "$cluster_dir/pki/ca.crt" \
+    --token-auth-file "$cluster_dir/pki/tokens.csv" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$cluster_dir/pki/sa.pub" \
+    --service-account-signing-key-file "$cluster_dir/pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --authorization-mode RBAC \
+    --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
+    --enable-priority-and-fairness=false \
+    --event-ttl 1h \
+    --v 0
+}
+
+start_kwok() {
+  local bin; bin=$(bin_dir)
+  start_proc kwok "$bin/kwok" --kubeconfig "$cluster_dir/kubeconfig" --config "$src/stages.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --cidr 10.244.0.1/16 --node-ip 10.0.0.1 --node-lease-duration-seconds 10 \
+    --server-address "127.0.0.1:$kwok_port"
+}
+
+# Kills one process of the control plane (SIGKILL, as a crash or a lost node would) and starts it again:
+# `restart kube-apiserver` waits until it serves again, `restart kwok` until it answers its health check.
+# (A graceful stop of kube-apiserver waits up to a minute for open watches; a crash is the harder fault.)
+restart() {
+  local p=$1 bin pid; bin=$(bin_dir)
+  case "$p" in kube-apiserver|kwok) ;; *) echo "restart: kube-apiserver or kwok" >&2; return 2 ;; esac
+  [ -f "$cluster_dir/pids/$p" ] || { log "no cluster runs"; return 1; }
+  pid=$(cat "$cluster_dir/pids/$p")
+  kill -9 "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if [ "$p" = kube-apiserver ]; then
+    start_apiserver
+    wait_for "kube-apiserver" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz
+  else
+    start_kwok
+    wait_for "kwok" 30 curl -sf "http://127.0.0.1:$kwok_port/healthz"
+  fi
+  log "$p restarted"
+}
+
 up() {
   build
   mkdir -p "$cluster_dir"
@@ -187,21 +237,7 @@ up() {
     --initial-cluster "gko=http://127.0.0.1:$etcd_peer_port" --unsafe-no-fsync --quota-backend-bytes 4294967296 \
     --log-level warn
 
-  start_proc kube-apiserver "$bin/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-    --tls-cert-file "$cluster_dir/pki/apiserver.crt" --tls-private-key-file "$cluster_dir/pki/apiserver.key" \
-    --client-ca-file "$cluster_dir/pki/ca.crt" \
-    --token-auth-file "$cluster_dir/pki/tokens.csv" \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$cluster_dir/pki/sa.pub" \
-    --service-account-signing-key-file "$cluster_dir/pki/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 \
-    --authorization-mode RBAC \
-    --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
-    --enable-priority-and-fairness=false \
-    --event-ttl 1h \
-    --v 0
+  start_apiserver
 
   wait_for "etcd" 30 curl -sf "http://127.0.0.1:$etcd_port/health"
   wait_for "kube-apiserver" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz
@@ -221,10 +257,7 @@ up() {
     --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
     --kube-api-qps 200 --kube-api-burst 400 --v 0
 
-  start_proc kwok "$bin/kwok" --kubeconfig "$cluster_dir/kubeconfig" --config "$src/stages.yaml" \
-    --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --cidr 10.244.0.1/16 --node-ip 10.0.0.1 --node-lease-duration-seconds 40 \
-    --server-address "127.0.0.1:$kwok_port"
+  start_kwok
 
   "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" apply -f - >/dev/null <<'EOF'
 apiVersion: v1
@@ -270,6 +303,7 @@ case "${1:-}" in
   build) build; build_kstatus ;;
   up) up ;;
   down) down ;;
+  restart) restart "${2:-}" ;;
   status) if running; then echo "running: KUBECONFIG=$cluster_dir/kubeconfig"; else echo "not running"; exit 1; fi ;;
   env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$PATH"\n' "$cluster_dir/kubeconfig" "$(bin_dir)" ;;
   bin) bin_dir ;;

@@ -65,6 +65,41 @@ impl Settings {
     }
 }
 
+/// The pause after a failed list or watch: 250 ms, doubling up to 5 s, back to 250 ms after any success.
+/// After a restart of kube-apiserver every watch fails a few times (refused connections, then "too old
+/// resource version" once), and with the default 30 s ceiling, applied to each watch and again to all of
+/// the controller's triggers, GKO stayed blind to its GluesyncPlatforms for minutes.
+struct WatchBackoff {
+    next: Duration,
+}
+
+const WATCH_BACKOFF_FIRST: Duration = Duration::from_millis(250);
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: WATCH_BACKOFF_FIRST,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (now * 2).min(WATCH_BACKOFF_MAX);
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_FIRST;
+    }
+}
+
 /// A watch of one kind in the namespace, into a cache, without managed fields (they are large and unused).
 fn cached<K>(
     api: Api<K>,
@@ -87,7 +122,7 @@ where
         writer,
         watcher(api, config)
             .modify(|o: &mut K| o.meta_mut().managed_fields = None)
-            .default_backoff(),
+            .backoff(WatchBackoff::default()),
     )
     .touched_objects();
     (store, stream)
@@ -148,7 +183,10 @@ pub async fn run(
     );
     let bump = changed.clone();
     let gsp_stream = gsp_stream.inspect(move |_| bump.send_modify(|n| *n = n.wrapping_add(1)));
-    let controller = Controller::for_stream(gsp_stream, platforms.clone());
+    // Each watch backs off on its own; the controller's pause on any of their errors (30 s at most by
+    // default, for every trigger at once) is kept as short.
+    let controller = Controller::for_stream(gsp_stream, platforms.clone())
+        .trigger_backoff(WatchBackoff::default());
 
     let view = Arc::new(View {
         namespace: ns.to_string(),

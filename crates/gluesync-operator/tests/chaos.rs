@@ -59,6 +59,10 @@ enum Op {
     Stuck,
     /// The catalog answers "maintenance mode", for the rest of the history.
     CatalogDown,
+    /// kube-apiserver killed and started again (`hack/controlplane.sh restart kube-apiserver`).
+    ApiServerRestart,
+    /// kwok killed and started again: pods stop changing while it is away.
+    KwokRestart,
 }
 
 impl Op {
@@ -78,18 +82,22 @@ struct Step {
 const VERSIONS: [&str; 4] = ["2.3.2.2", "2.3.2.1", "2.3.2.2-crash", "2.3.2.2-unpullable"];
 
 fn op() -> impl Strategy<Value = Op> {
+    // A restart of kube-apiserver leaves the control plane's controllers blind for up to half a minute
+    // (their watches back off): the rarest fault, so that a long run still runs many histories.
     prop_oneof![
-        4 => prop::sample::select(VERSIONS.to_vec()).prop_map(|v| Op::Version(v.to_string())),
-        1 => Just(Op::NewRequest),
-        4 => Just(Op::Kill),
-        2 => Just(Op::Term),
-        1 => Just(Op::Second),
-        3 => (500u64..6000).prop_map(|ms| Op::CoreHubDown { ms }),
-        2 => (1u32..20).prop_map(|count| Op::CoreHubErrors { count }),
-        1 => (50u64..1500).prop_map(|ms| Op::CoreHubSlow { ms }),
-        2 => (500u64..4000).prop_map(|ms| Op::LateMaintenance { ms }),
-        1 => Just(Op::Stuck),
-        1 => Just(Op::CatalogDown),
+        8 => prop::sample::select(VERSIONS.to_vec()).prop_map(|v| Op::Version(v.to_string())),
+        2 => Just(Op::NewRequest),
+        8 => Just(Op::Kill),
+        4 => Just(Op::Term),
+        2 => Just(Op::Second),
+        6 => (500u64..6000).prop_map(|ms| Op::CoreHubDown { ms }),
+        4 => (1u32..20).prop_map(|count| Op::CoreHubErrors { count }),
+        2 => (50u64..1500).prop_map(|ms| Op::CoreHubSlow { ms }),
+        4 => (500u64..4000).prop_map(|ms| Op::LateMaintenance { ms }),
+        2 => Just(Op::Stuck),
+        2 => Just(Op::CatalogDown),
+        1 => Just(Op::ApiServerRestart),
+        2 => Just(Op::KwokRestart),
     ]
 }
 
@@ -122,6 +130,20 @@ const PLAIN: Mode = Mode {
     mutant: None,
     shrink_iters: 64,
 };
+
+/// Calls the API server until it answers: a restart of kube-apiserver may be under way, in this history
+/// or in one running beside it.
+async fn retried<T, F, Fut>(what: &str, mut f: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    eventually(what, Duration::from_secs(60), || {
+        let call = f();
+        async move { call.await.map(Some) }
+    })
+    .await
+}
 
 /// What a run saw, for the report.
 #[derive(Default)]
@@ -250,7 +272,7 @@ fn violations(
         format!("idle with an update in the status: {:?}", status.phase),
     );
     check(
-        status.paused_pipelines.is_empty() && status.late_maintenance.is_none(),
+        status.paused_pipelines.is_empty(),
         format!("the ledger is not empty: {:?}", status.paused_pipelines),
     );
     check(
@@ -286,17 +308,21 @@ async fn run(
     tally: &mut Tally,
     mutant: Option<&str>,
 ) -> anyhow::Result<Vec<String>> {
-    let ns = namespace("chaos").await?;
+    let t0 = Instant::now();
+    let ns = retried("a namespace", || namespace("chaos")).await?;
     let sim = simulator().await?;
-    install_with_simulator(
-        &ns,
-        &sim,
-        json!({
-            "drainTimeoutSeconds": 5,
-            "stabilityWindowSeconds": 1,
-            "stabilityTimeoutSeconds": 15,
-        }),
-    )?;
+    retried("the install", || async {
+        install_with_simulator(
+            &ns,
+            &sim,
+            json!({
+                "drainTimeoutSeconds": 5,
+                "stabilityWindowSeconds": 1,
+                "stabilityTimeoutSeconds": 15,
+            }),
+        )
+    })
+    .await?;
     let spawn = |name: &str| {
         Gko::spawn(
             &ns,
@@ -319,8 +345,11 @@ async fn run(
             .map_err(|e| anyhow::anyhow!("GKO did not switch {m} on: {e:#}"))?;
     }
     let before = Before {
-        specs: workload_specs(&ns)?,
-        core_hub_image: image_of(&ns, "statefulset", CORE_HUB).await?,
+        specs: retried("the workloads", || async { workload_specs(&ns) }).await?,
+        core_hub_image: retried("Core Hub's image", || {
+            image_of(&ns, "statefulset", CORE_HUB)
+        })
+        .await?,
         running: sim
             .pipelines()
             .into_iter()
@@ -331,6 +360,7 @@ async fn run(
     let mut asked = vec![];
     let mut requests = 0;
     tally.histories += 1;
+    let t1 = Instant::now();
     for step in steps {
         tokio::time::sleep(Duration::from_millis(step.wait_ms)).await;
         if step.op.is_fault() {
@@ -339,11 +369,12 @@ async fn run(
         match &step.op {
             Op::Version(v) => {
                 asked.push(v.clone());
-                patch_spec(&ns, json!({"version": v})).await?;
+                retried("a new version", || patch_spec(&ns, json!({"version": v}))).await?;
             }
             Op::NewRequest => {
                 requests += 1;
-                patch_spec(&ns, json!({"requestID": format!("chaos-{requests}")})).await?;
+                let id = json!({"requestID": format!("chaos-{requests}")});
+                retried("a new request", || patch_spec(&ns, id.clone())).await?;
             }
             Op::Kill | Op::Term => {
                 if let Some(mut g) = gkos.pop() {
@@ -381,17 +412,21 @@ async fn run(
                 f.stuck.insert("p00003".into());
             }),
             Op::CatalogDown => sim.set_catalog_maintenance(true),
+            Op::ApiServerRestart => restart_control_plane("kube-apiserver").await?,
+            Op::KwokRestart => restart_control_plane("kwok").await?,
         }
     }
+    let t2 = Instant::now();
     // Every fault cleared; one GKO runs; the install settles.
     sim.set_faults(Default::default());
     sim.set_catalog_maintenance(false);
     // Settled: nothing running or pending (Reconciling not True), and the status unchanged for a second.
+    // (GKO may still watch for late maintenance requests, for a minute: the simulator says when none
+    // is left to land.)
     let idle = |g: &GluesyncPlatform| {
         let s = g.status.clone().unwrap_or_default();
         s.update.is_none()
             && s.paused_pipelines.is_empty()
-            && s.late_maintenance.is_none()
             && s.self_update.is_none()
             && s.observed_generation == g.metadata.generation
             && !s
@@ -417,13 +452,27 @@ async fn run(
         Ok(g) => g,
         Err(e) => return Ok(vec![format!("did not settle: {e:#}")]),
     };
-    // The settled status may still be resuming the last pipelines in Core Hub: let the ledger finish.
+    let idle_after = t2.elapsed().as_secs_f64();
+    // Every maintenance request has landed, and GKO has answered the late ones.
+    let _ = eventually("requests landed", Duration::from_secs(10), || async {
+        Ok((sim.pending_maintenance() == 0).then_some(()))
+    })
+    .await;
     let _ = eventually("pipelines running", Duration::from_secs(10), || async {
         Ok((sim.in_maintenance() == [KEPT]).then_some(()))
     })
     .await;
-    let sts: Value =
-        serde_json::from_str(&ns.kubectl(&["get", "statefulset", CORE_HUB, "-o", "json"])?)?;
+    let sts: Value = retried("Core Hub's StatefulSet", || async {
+        Ok(serde_json::from_str(&ns.kubectl(&[
+            "get",
+            "statefulset",
+            CORE_HUB,
+            "-o",
+            "json",
+        ])?)?)
+    })
+    .await?;
+    let specs = retried("the workloads", || async { workload_specs(&ns) }).await?;
     let image = sts["spec"]["template"]["spec"]["containers"][0]["image"]
         .as_str()
         .unwrap_or_default()
@@ -431,14 +480,15 @@ async fn run(
     let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1);
     let ready = sts["status"]["readyReplicas"].as_i64() == Some(replicas)
         && sts["status"]["updatedReplicas"].as_i64() == Some(replicas);
-    let found = violations(
-        &before,
-        &asked,
-        &g,
-        &workload_specs(&ns)?,
-        (&image, ready),
-        &sim,
-        tally,
+    let t3 = Instant::now();
+    let found = violations(&before, &asked, &g, &specs, (&image, ready), &sim, tally);
+    println!(
+        "chaos: history of {} steps: set up {:.1} s, steps {:.1} s, settled {:.1} s (idle after {idle_after:.1} s), checked {:.1} s",
+        steps.len(),
+        (t1 - t0).as_secs_f64(),
+        (t2 - t1).as_secs_f64(),
+        (t3 - t2).as_secs_f64(),
+        t3.elapsed().as_secs_f64()
     );
     for mut g in gkos {
         g.kill()?;
@@ -493,32 +543,55 @@ fn regressions_dir() -> std::path::PathBuf {
 
 /// Runs generated histories from `seed` until `budget` runs out (or `max` histories ran); prints the seed
 /// and the figures. A failing history is shrunk, saved as a regression case, and fails the test.
-fn run_for(seed: u64, budget: Duration, max: u64) {
-    println!("chaos: seed {seed}, at most {} s", budget.as_secs());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+fn run_for(seed: u64, budget: Duration, max: u64, lanes: u64) {
+    println!(
+        "chaos: seed {seed}, at most {} s, {lanes} histories at a time",
+        budget.as_secs()
+    );
     let tally = Arc::new(Mutex::new(Tally::default()));
     let start = Instant::now();
-    let mut next = seed;
-    let mut failure = None;
-    while start.elapsed() < budget && next - seed < max {
-        if let Err((steps, why)) = run_seed(&rt, next, &tally, history(), PLAIN) {
-            failure = Some((next, steps, why));
-            break;
+    // Each lane takes the next seed until the budget runs out or a history breaks an invariant.
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let failed: Arc<Mutex<Option<(u64, Vec<Step>, String)>>> = Arc::default();
+    std::thread::scope(|scope| {
+        for _ in 0..lanes.max(1) {
+            let (tally, next, done, failed) =
+                (tally.clone(), next.clone(), done.clone(), failed.clone());
+            scope.spawn(move || {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let stop = failed.lock().map(|f| f.is_some()).unwrap_or(true);
+                    if stop || start.elapsed() >= budget || i >= max {
+                        return;
+                    }
+                    let s = seed.wrapping_add(i);
+                    let result = run_seed(&rt, s, &tally, history(), PLAIN);
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if let Err((steps, why)) = result {
+                        if let Ok(mut f) = failed.lock() {
+                            f.get_or_insert((s, steps, why));
+                        }
+                        return;
+                    }
+                }
+            });
         }
-        next = next.wrapping_add(1);
-    }
+    });
+    let failure = failed.lock().ok().and_then(|mut f| f.take());
+    let seeds = done.load(std::sync::atomic::Ordering::SeqCst);
     let t = tally
         .lock()
         .map(|t| (t.histories, t.faults, t.checks))
         .unwrap_or_default();
     println!(
-        "chaos: {} histories ({} seeds from {seed}), {} injected faults, {} invariant checks in {:.0} s",
+        "chaos: {} histories ({seeds} seeds from {seed}), {} injected faults, {} invariant checks in {:.0} s",
         t.0,
-        next - seed + u64::from(failure.is_some()),
         t.1,
         t.2,
         start.elapsed().as_secs_f64()
@@ -559,7 +632,11 @@ fn generated_histories_keep_every_invariant() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(time_seed);
-    run_for(seed, Duration::from_secs(seconds), u64::MAX);
+    let lanes: u64 = std::env::var("CHAOS_LANES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    run_for(seed, Duration::from_secs(seconds), u64::MAX, lanes);
 }
 
 /// The suite's budget: every saved regression replayed, then three histories from a fixed seed and three
@@ -583,8 +660,8 @@ fn saved_regressions_and_a_short_budget_keep_every_invariant() {
         }
     }
     drop(rt);
-    run_for(1, Duration::from_secs(120), 3);
-    run_for(time_seed(), Duration::from_secs(120), 3);
+    run_for(1, Duration::from_secs(120), 3, 1);
+    run_for(time_seed(), Duration::from_secs(120), 3, 1);
 }
 
 /// Each invariant catches its bug: with one deliberate bug switched on in GKO, generated histories

@@ -126,6 +126,8 @@ struct Inner {
     catalog_maintenance: bool,
     calls: Calls,
     next_token: u64,
+    /// Maintenance requests accepted and not applied yet.
+    pending: usize,
 }
 
 /// The simulator's state, shared by its servers and its owner.
@@ -199,6 +201,11 @@ impl Sim {
             .filter(|p| p.is_in_maintenance_mode)
             .map(|p| p.id.clone())
             .collect()
+    }
+
+    /// Maintenance requests accepted and not applied yet (they land late).
+    pub fn pending_maintenance(&self) -> usize {
+        self.lock().pending
     }
 
     pub fn calls(&self) -> Calls {
@@ -436,13 +443,20 @@ async fn maintenance(
         {
             p.is_in_maintenance_mode = enter;
         }
+        if delay > 0 {
+            inner.pending += 1;
+        }
         delay
     };
     if delay > 0 {
         let sim = sim.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(delay)).await;
-            sim.set_maintenance(&id, enter);
+            let mut inner = sim.lock();
+            if let Some(p) = inner.pipelines.get_mut(&id) {
+                p.is_in_maintenance_mode = enter;
+            }
+            inner.pending -= 1;
         });
     }
     (StatusCode::ACCEPTED, "Maintenance command received").into_response()

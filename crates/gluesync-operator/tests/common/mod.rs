@@ -514,3 +514,24 @@ pub fn lease_field(ns: &TestNamespace, field: &str) -> anyhow::Result<String> {
         .trim()
         .to_string())
 }
+
+/// Kills one process of the control plane (`kube-apiserver` or `kwok`) and starts it again
+/// (`hack/controlplane.sh restart`), one restart at a time in this process; returns once it serves again.
+pub async fn restart_control_plane(process: &'static str) -> anyhow::Result<()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    tokio::task::spawn_blocking(move || {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/controlplane.sh");
+        let out = std::process::Command::new(script)
+            .args(["restart", process])
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "restarting {process}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    })
+    .await?
+}

@@ -1,0 +1,44 @@
+//! The control plane restarting under GKO: kube-apiserver killed and started again
+//! (`hack/controlplane.sh restart`), then a new version asked for. GKO's watches start again and it runs
+//! the update, without waiting out minutes of back-off on watches the restarted API server refuses.
+//! (Its own test binary: a restart would disturb tests running beside it.)
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gluesync_operator::api::UpdateResult;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_asked_for_after_kube_apiserver_restarts_runs() -> anyhow::Result<()> {
+    let ns = namespace("apiserver-restart").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 1}))?;
+    let gko = Gko::spawn(&ns, GkoOptions::default())?;
+    wait_settled(&ns).await?;
+
+    restart_control_plane("kube-apiserver").await?;
+    // The fault landed: GKO's watches were cut.
+    gko_test_support::eventually("GKO's watches to fail", Duration::from_secs(30), || async {
+        Ok(gko.said("client error (Connect)").then_some(()))
+    })
+    .await?;
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    // Well inside the minutes the back-off of refused watches would take.
+    let g =
+        gko_test_support::eventually("the update to finish", Duration::from_secs(60), || async {
+            let g = platforms(&ns).get("gluesync").await?;
+            let done = g
+                .status
+                .as_ref()
+                .and_then(|s| s.last_attempt.as_ref())
+                .is_some_and(|a| a.generation == Some(2));
+            Ok(done.then_some(g))
+        })
+        .await?;
+    let attempt = g.status.unwrap_or_default().last_attempt.unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    Ok(())
+}
