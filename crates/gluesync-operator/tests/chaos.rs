@@ -543,6 +543,9 @@ fn regressions_dir() -> std::path::PathBuf {
 
 /// Runs generated histories from `seed` until `budget` runs out (or `max` histories ran); prints the seed
 /// and the figures. A failing history is shrunk, saved as a regression case, and fails the test.
+/// A history that broke an invariant: its seed, its shrunk schedule, and what broke.
+type Failure = (u64, Vec<Step>, String);
+
 fn run_for(seed: u64, budget: Duration, max: u64, lanes: u64) {
     println!(
         "chaos: seed {seed}, at most {} s, {lanes} histories at a time",
@@ -553,7 +556,7 @@ fn run_for(seed: u64, budget: Duration, max: u64, lanes: u64) {
     // Each lane takes the next seed until the budget runs out or a history breaks an invariant.
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let failed: Arc<Mutex<Option<(u64, Vec<Step>, String)>>> = Arc::default();
+    let failed: Arc<Mutex<Option<Failure>>> = Arc::default();
     std::thread::scope(|scope| {
         for _ in 0..lanes.max(1) {
             let (tally, next, done, failed) =
