@@ -143,6 +143,16 @@ start_proc() { # name args...
   echo $! > "$cluster_dir/pids/$name"
 }
 
+# Like start_proc, but started again whenever it exits, as a kubelet restarts a control-plane pod:
+# kube-scheduler exits by design when it finds its cache inconsistent (which a restart of kube-apiserver or
+# kwok can cause). Its own session, so that stopping it stops the loop and the process together.
+start_supervised() { # name args...
+  local name=$1; shift
+  nohup setsid bash -c 'while :; do "$@"; echo "[controlplane] exited ($?); starting again" >&2; sleep 1; done' \
+    "$name" "$@" >"$cluster_dir/logs/$name.log" 2>&1 9>&- &
+  echo $! > "$cluster_dir/pids/$name"
+}
+
 # A recorded process that still runs, and is still ours (a pid may have been reused since).
 alive() {
   local pid
@@ -242,7 +252,7 @@ up() {
   wait_for "etcd" 30 curl -sf "http://127.0.0.1:$etcd_port/health"
   wait_for "kube-apiserver" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz
 
-  start_proc kube-controller-manager "$bin/kube-controller-manager" \
+  start_supervised kube-controller-manager "$bin/kube-controller-manager" \
     --kubeconfig "$cluster_dir/kubeconfig" --authentication-kubeconfig "$cluster_dir/kubeconfig" \
     --authorization-kubeconfig "$cluster_dir/kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$kcm_port" --leader-elect=false \
@@ -251,7 +261,7 @@ up() {
     --concurrent-statefulset-syncs 10 --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 \
     --kube-api-qps 200 --kube-api-burst 400 --v 0
 
-  start_proc kube-scheduler "$bin/kube-scheduler" \
+  start_supervised kube-scheduler "$bin/kube-scheduler" \
     --kubeconfig "$cluster_dir/kubeconfig" --authentication-kubeconfig "$cluster_dir/kubeconfig" \
     --authorization-kubeconfig "$cluster_dir/kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
@@ -284,9 +294,10 @@ stop_all() {
   for p in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     if alive "$p"; then
       pid=$(cat "$cluster_dir/pids/$p")
-      kill "$pid" 2>/dev/null || true
+      # A supervised process leads its own group: the loop and the process go together.
+      kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -9 "$pid" 2>/dev/null || true
+      kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
     fi
     rm -f "$cluster_dir/pids/$p"
   done
