@@ -402,7 +402,8 @@ pub struct UpdateStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resumed_pipelines: Vec<String>,
     /// Pipelines this update asked to enter maintenance mode, each recorded before its request was sent.
-    /// None is asked twice in one update, by this GKO or by one that takes over after it stopped.
+    /// None is asked twice in one update, by this GKO or by one that takes over after it stopped. Kept
+    /// during Drain only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub asked_pipelines: Vec<String>,
     /// How the update is going to end, once that is known before the end (Refused, Failed).

@@ -73,6 +73,9 @@ struct WatchBackoff {
     next: Duration,
 }
 
+/// How long a stop waits for the controller to finish the reconciles in hand.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 const WATCH_BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(5);
 
@@ -145,6 +148,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let shutdown = futures::FutureExt::shared(shutdown);
     // A deliberate bug asked for by a test is said at once (and an unknown one stops GKO here).
     #[cfg(all(not(test), debug_assertions))]
     crate::update::process_mutant();
@@ -312,7 +316,7 @@ pub async fn run(
         namespace = ns,
         "watching GluesyncPlatforms, labelled workloads and their pods"
     );
-    controller
+    let running = controller
         .watches_stream(sts_stream, move |_| for_sts())
         .watches_stream(deploy_stream, move |_| for_deploy())
         .watches_stream(pod_stream, for_pods)
@@ -322,7 +326,7 @@ pub async fn run(
         })
         .reconcile_on(woken)
         .reconcile_all_on(acquired)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -331,8 +335,21 @@ pub async fn run(
                     other => warn!(error = %other, "controller"),
                 }
             }
-        })
-        .await;
+        });
+    // A graceful stop waits for the reconciles in hand; but a controller whose cache of GluesyncPlatforms
+    // never filled (stopped as it started, or with the API server out of reach) waits for that cache
+    // forever. So the stop is graceful for a few seconds at most, then the controller is dropped (its
+    // reconciles cancelled, as a kill would): SIGTERM always ends GKO well inside a pod's grace period.
+    tokio::select! {
+        _ = running => {}
+        _ = async {
+            shutdown.await;
+            tokio::time::sleep(STOP_GRACE).await;
+        } => warn!(
+            seconds = STOP_GRACE.as_secs(),
+            "the controller had not stopped this long after the stop signal; stopping it"
+        ),
+    }
     forget.abort();
     let _ = stop_api.send(true);
     // The Core Hub calls in hand finish; then the Lease goes, so another GKO takes over at once.

@@ -366,6 +366,7 @@ async fn run(
     };
     let mut asked = vec![];
     let mut requests = 0;
+    let mut stuck_on_stop = 0u32;
     tally.histories += 1;
     let t1 = Instant::now();
     for step in steps {
@@ -387,8 +388,9 @@ async fn run(
                 if let Some(mut g) = gkos.pop() {
                     if step.op == Op::Kill {
                         g.kill()?;
-                    } else {
-                        g.terminate()?;
+                    } else if !g.stop_within(Duration::from_secs(30))? {
+                        // As the kubelet would, it was killed after 30 s; that it needed to be is a bug.
+                        stuck_on_stop += 1;
                     }
                 }
                 if gkos.is_empty() {
@@ -490,7 +492,13 @@ async fn run(
     let (image, ready) = retried("Core Hub's StatefulSet", reading).await?;
     let specs = retried("the workloads", || async { workload_specs(&ns) }).await?;
     let t3 = Instant::now();
-    let found = violations(&before, &asked, &g, &specs, (&image, ready), &sim, tally);
+    let mut found = violations(&before, &asked, &g, &specs, (&image, ready), &sim, tally);
+    tally.checks += 1;
+    if stuck_on_stop > 0 {
+        found.push(format!(
+            "GKO did not exit within 30 s of SIGTERM ({stuck_on_stop} times)"
+        ));
+    }
     println!(
         "chaos: history of {} steps: set up {:.1} s, steps {:.1} s, settled {:.1} s (idle after {idle_after:.1} s), checked {:.1} s",
         steps.len(),

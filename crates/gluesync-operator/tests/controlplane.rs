@@ -1,6 +1,8 @@
-//! The control plane restarting under GKO: kube-apiserver killed and started again
-//! (`hack/controlplane.sh restart`), then a new version asked for. GKO's watches start again and it runs
-//! the update, without waiting out minutes of back-off on watches the restarted API server refuses.
+//! GKO and the control plane going away under it: kube-apiserver killed and started again
+//! (`hack/controlplane.sh restart`), then a new version asked for: GKO's watches start again and it runs
+//! the update, without waiting out minutes of back-off on watches the restarted API server refuses. And
+//! GKO stopped (SIGTERM) while the API server is out of its reach, before its caches ever filled: it
+//! exits within a pod's grace period instead of waiting for them forever.
 //! (Its own test binary: a restart would disturb tests running beside it.)
 
 mod common;
@@ -8,6 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use gko_test_support::FaultProxy;
 use gluesync_operator::api::UpdateResult;
 use serde_json::json;
 
@@ -40,5 +43,30 @@ async fn an_update_asked_for_after_kube_apiserver_restarts_runs() -> anyhow::Res
         .await?;
     let attempt = g.status.unwrap_or_default().last_attempt.unwrap();
     assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_gko_whose_caches_never_filled() -> anyhow::Result<()> {
+    let ns = namespace("stop-unlisted").await?;
+    let proxy = FaultProxy::in_front_of(ns.cp)?;
+    proxy.stop();
+    let mut gko = Gko::spawn(
+        &ns,
+        GkoOptions {
+            kubeconfig: Some(proxy.kubeconfig(ns.cp)?),
+            ..Default::default()
+        },
+    )?;
+    // The fault landed: GKO's lists cannot reach the API server.
+    gko_test_support::eventually("GKO's lists to fail", Duration::from_secs(30), || async {
+        Ok(gko.said("client error (Connect)").then_some(()))
+    })
+    .await?;
+    assert!(
+        gko.stop_within(Duration::from_secs(30))?,
+        "GKO did not exit within 30 s of SIGTERM"
+    );
+    assert!(gko.said("stopping"), "GKO saw the signal");
     Ok(())
 }

@@ -159,6 +159,8 @@ pub(super) fn drain(
     let drained = running.is_empty()
         || (mutated(Mutant::PatchBeforeDrained) && list.iter().any(|p| p.is_in_maintenance_mode));
     if drained {
+        // Asked once: nothing is asked in after Drain, so the record is not kept (nor its spilled shards).
+        u.asked_pipelines.clear();
         d.status.message = Some(format!(
             "{} pipelines in maintenance mode; changing the Core Hub image",
             d.status.paused_pipelines.len()
@@ -269,6 +271,7 @@ fn drain_timeout(
             image: to.clone(),
         });
     }
+    u.asked_pipelines.clear();
     settle_outcome(
         u,
         UpdateResult::Refused,

@@ -428,6 +428,24 @@ impl Gko {
         Ok(())
     }
 
+    /// SIGTERM, then up to `grace` for it to exit, as the kubelet gives a pod; SIGKILL after that, as the
+    /// kubelet does. True when it exited by itself.
+    pub fn stop_within(&mut self, grace: Duration) -> anyhow::Result<bool> {
+        std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                self.drain_output();
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill()?;
+        Ok(false)
+    }
+
     /// Waits until every line it wrote has been read.
     fn drain_output(&mut self) {
         for reader in self.readers.drain(..) {
