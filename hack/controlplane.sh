@@ -176,6 +176,10 @@ wait_for() { # description seconds command...
   done
 }
 
+wait_apiserver() {
+  wait_for "kube-apiserver" 60 "$(bin_dir)/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz
+}
+
 start_apiserver() {
   local bin; bin=$(bin_dir)
   start_proc kube-apiserver "$bin/kube-apiserver" \
@@ -207,7 +211,7 @@ start_kwok() {
 # `restart kube-apiserver` waits until it serves again, `restart kwok` until it answers its health check.
 # (A graceful stop of kube-apiserver waits up to a minute for open watches; a crash is the harder fault.)
 restart() {
-  local p=$1 bin pid; bin=$(bin_dir)
+  local p=$1 pid
   case "$p" in kube-apiserver|kwok) ;; *) echo "restart: kube-apiserver or kwok" >&2; return 2 ;; esac
   [ -f "$cluster_dir/pids/$p" ] || { log "no cluster runs"; return 1; }
   pid=$(cat "$cluster_dir/pids/$p")
@@ -215,7 +219,7 @@ restart() {
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if [ "$p" = kube-apiserver ]; then
     start_apiserver
-    wait_for "kube-apiserver" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz
+    wait_apiserver
   else
     start_kwok
     wait_for "kwok" 30 curl -sf "http://127.0.0.1:$kwok_port/healthz"
@@ -250,7 +254,7 @@ up() {
   start_apiserver
 
   wait_for "etcd" 30 curl -sf "http://127.0.0.1:$etcd_port/health"
-  wait_for "kube-apiserver" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" get --raw /readyz
+  wait_apiserver
 
   start_supervised kube-controller-manager "$bin/kube-controller-manager" \
     --kubeconfig "$cluster_dir/kubeconfig" --authentication-kubeconfig "$cluster_dir/kubeconfig" \

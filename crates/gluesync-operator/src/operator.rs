@@ -65,6 +65,9 @@ impl Settings {
     }
 }
 
+/// How long a stop waits for the controller to finish the reconciles in hand.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// The pause after a failed list or watch: 250 ms, doubling up to 5 s, back to 250 ms after any success.
 /// After a restart of kube-apiserver every watch fails a few times (refused connections, then "too old
 /// resource version" once), and with the default 30 s ceiling, applied to each watch and again to all of
@@ -72,9 +75,6 @@ impl Settings {
 struct WatchBackoff {
     next: Duration,
 }
-
-/// How long a stop waits for the controller to finish the reconciles in hand.
-const STOP_GRACE: Duration = Duration::from_secs(5);
 
 const WATCH_BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(5);

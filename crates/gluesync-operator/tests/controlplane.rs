@@ -30,17 +30,7 @@ async fn an_update_asked_for_after_kube_apiserver_restarts_runs() -> anyhow::Res
     .await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
     // Well inside the minutes the back-off of refused watches would take.
-    let g =
-        gko_test_support::eventually("the update to finish", Duration::from_secs(60), || async {
-            let g = platforms(&ns).get("gluesync").await?;
-            let done = g
-                .status
-                .as_ref()
-                .and_then(|s| s.last_attempt.as_ref())
-                .is_some_and(|a| a.generation == Some(2));
-            Ok(done.then_some(g))
-        })
-        .await?;
+    let g = wait_finished_within(&ns, 2, Duration::from_secs(60)).await?;
     let attempt = g.status.unwrap_or_default().last_attempt.unwrap();
     assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
     Ok(())

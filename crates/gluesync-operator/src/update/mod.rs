@@ -58,7 +58,7 @@ pub(crate) enum Mutant {
     RefusedPatches,
     /// A Refused update sets the phase to Current.
     RefusedPhaseCurrent,
-    /// Resume drops the first pipeline of the ledger without asking Core Hub to take it out.
+    /// Drain, done, drops the first pipeline of the ledger: nothing asks Core Hub to take it out.
     DropFromLedger,
     /// A Core Hub that does not come up is not put back on the image it ran before.
     NoRollback,

@@ -161,6 +161,9 @@ pub(super) fn drain(
     if drained {
         // Asked once: nothing is asked in after Drain, so the record is not kept (nor its spilled shards).
         u.asked_pipelines.clear();
+        if mutated(Mutant::DropFromLedger) && !d.status.paused_pipelines.is_empty() {
+            d.status.paused_pipelines.remove(0);
+        }
         d.status.message = Some(format!(
             "{} pipelines in maintenance mode; changing the Core Hub image",
             d.status.paused_pipelines.len()
@@ -332,11 +335,6 @@ pub(super) fn resume(
     };
     let released = settle_ledger(obs, &epoch, d);
     u.resumed_pipelines.extend(released);
-    if mutated(Mutant::DropFromLedger)
-        && let Some(first) = u.asked_pipelines.iter().min()
-    {
-        d.status.paused_pipelines.retain(|p| p != first);
-    }
     let owed = &d.status.paused_pipelines;
     if owed.is_empty() {
         if !u.resumed_pipelines.is_empty() {

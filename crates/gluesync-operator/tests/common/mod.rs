@@ -420,9 +420,7 @@ impl Gko {
 
     /// SIGTERM, as Kubernetes stops a pod, and waits for it to exit.
     pub fn terminate(&mut self) -> anyhow::Result<()> {
-        std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()?;
+        self.sigterm()?;
         self.child.wait()?;
         self.drain_output();
         Ok(())
@@ -431,9 +429,7 @@ impl Gko {
     /// SIGTERM, then up to `grace` for it to exit, as the kubelet gives a pod; SIGKILL after that, as the
     /// kubelet does. True when it exited by itself.
     pub fn stop_within(&mut self, grace: Duration) -> anyhow::Result<bool> {
-        std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()?;
+        self.sigterm()?;
         let deadline = std::time::Instant::now() + grace;
         while std::time::Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {
@@ -444,6 +440,13 @@ impl Gko {
         }
         self.kill()?;
         Ok(false)
+    }
+
+    fn sigterm(&self) -> anyhow::Result<()> {
+        std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        Ok(())
     }
 
     /// Waits until every line it wrote has been read.
@@ -495,8 +498,17 @@ pub async fn wait_finished(
     ns: &TestNamespace,
     generation: i64,
 ) -> anyhow::Result<GluesyncPlatform> {
+    wait_finished_within(ns, generation, Duration::from_secs(180)).await
+}
+
+/// [`wait_finished`], for at most `timeout`.
+pub async fn wait_finished_within(
+    ns: &TestNamespace,
+    generation: i64,
+    timeout: Duration,
+) -> anyhow::Result<GluesyncPlatform> {
     let api = platforms(ns);
-    eventually("the update to finish", Duration::from_secs(180), || {
+    eventually("the update to finish", timeout, || {
         let api = api.clone();
         async move {
             let g = api.get("gluesync").await?;
