@@ -8,17 +8,22 @@
 //!   left in the ledger so that GKO's calls to resume them hang) and the catalog answering after 60 s
 //!   (`catalog_delay_ms`, a check-now catalog check in flight), set before each change; printed beside the
 //!   normal reaction and the raw watch latency (measured in the same runs), with the ratio to the latter;
-//! - drain and resume of 10,000 pipelines on the simulator;
+//! - reaction against the number of labelled workloads (4, 20, 100), beside the raw watch latency;
 //! - GKO's own overhead in a whole update (stability window 0, pods ready at once): the update's wall time
 //!   less the time the API server and kwok take to roll the same images out without GKO;
-//! - GKO's resident memory, idle and during the 10,000-pipeline update;
+//! - pipelines: for 1,000, 10,000 and 100,000 pipelines on the simulator, drain, resume and whole-update
+//!   time, GKO's CPU seconds for the update, its resident memory idle and at the peak, and the
+//!   GluesyncPlatform's size;
+//! - unrelated pods: for 0 (the baseline), 500, 2,000 and 5,000 pods of a Deployment GKO does not manage
+//!   in its namespace, GKO's resident memory, reconciles per minute and cached pods idle, then its peak
+//!   memory and reconciles during a rollout of those pods;
 //! - the Conductor API's throughput (`GET /containers`) for manager sessions GKO knows, for a flood of bad
 //!   tokens, and for both at once, in phases of equal length on one GKO: requests per second by answer
 //!   (200, 401, 429, other), and the Core Hub identity checks each phase cost.
 //!
 //! GKO runs as its release binary (`target/release/gluesync-operator`, built by `make bench`), the
 //! simulator in this process. Run with `make bench`; `gko-bench NAME...` runs only the named figures
-//! (`reaction`, `hang`, `overhead`, `pipelines`, `conductor`).
+//! (`reaction`, `workloads`, `hang`, `overhead`, `pipelines`, `unrelated`, `conductor`).
 
 use std::{
     collections::HashMap,
@@ -35,7 +40,7 @@ use futures::StreamExt;
 use gko_test_support::TestNamespace;
 use gluesync_operator::api::{CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatform, Phase};
 use gluesync_simulator::{CatalogEntry, Options, Simulator};
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::{
     Api, ResourceExt,
     api::{Patch, PatchParams},
@@ -94,14 +99,55 @@ impl Gko {
 
     /// Resident memory, from /proc.
     fn rss_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-            })
-            .unwrap_or(0)
+        rss_kib_of(self.child.id())
+    }
+
+    /// CPU seconds (user and system) the process has used, from /proc.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // The fields after the command name (which ends with ')'): utime and stime are the 12th and 13th.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // Clock ticks are 100 per second on Linux.
+        (ticks(11) + ticks(12)) / 100.0
+    }
+
+    /// Samples its resident memory every 20 ms until the returned sampler is stopped; the peak.
+    fn peak_rss(&self) -> Peak {
+        let pid = self.child.id();
+        let peak = Arc::new(AtomicU64::new(0));
+        let running = Arc::new(AtomicBool::new(true));
+        let (p, r) = (peak.clone(), running.clone());
+        let task = tokio::spawn(async move {
+            while r.load(Ordering::SeqCst) {
+                p.fetch_max(rss_kib_of(pid), Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Peak {
+            peak,
+            running,
+            task,
+        }
+    }
+
+    /// A counter or gauge from GKO's /metrics (0 when absent).
+    async fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        let text = reqwest::get(&self.metrics_url).await?.text().await?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0))
     }
 
     /// The sum of one step's durations, from GKO's /metrics.
@@ -114,6 +160,38 @@ impl Gko {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0.0))
     }
+}
+
+/// Resident memory of a process, from /proc.
+fn rss_kib_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// A running sample of a process's peak resident memory.
+struct Peak {
+    peak: Arc<AtomicU64>,
+    running: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Peak {
+    /// Stops sampling; the peak in MiB.
+    async fn mib(self) -> f64 {
+        self.running.store(false, Ordering::SeqCst);
+        let _ = self.task.await;
+        self.peak.load(Ordering::SeqCst) as f64 / 1024.0
+    }
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
 }
 
 async fn setup(hint: &str, sim: &Simulator, window: i64) -> anyhow::Result<TestNamespace> {
@@ -329,6 +407,27 @@ struct Reaction {
     watch: Spread,
 }
 
+/// `runs` `spec.version` changes (each update let finish) to phase Updating, seen through a watch,
+/// interleaved with as many label patches whose raw watch latency is measured.
+async fn reactions(api: &Api<GluesyncPlatform>, runs: usize) -> anyhow::Result<Reaction> {
+    let (seen, watching) = watch_platform(api);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (mut latencies, mut watches) = (vec![], vec![]);
+    for i in 0..runs {
+        watches.push(watch_latency(api, &seen, &format!("run-{i}")).await?);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let version = if i % 2 == 0 { "2.3.2.2" } else { "2.3.2.1" };
+        let (ms, generation) = reaction_once(api, &seen, version).await?;
+        latencies.push(ms);
+        wait_for(api, "the update to finish", finished(generation)).await?;
+    }
+    watching.abort();
+    Ok(Reaction {
+        reaction: Spread::of(latencies),
+        watch: Spread::of(watches),
+    })
+}
+
 /// A `spec.version` change to phase Updating, seen through a watch; and, in the same runs, the raw
 /// watch latency of a label patch.
 async fn reaction(runs: usize) -> anyhow::Result<Reaction> {
@@ -338,20 +437,7 @@ async fn reaction(runs: usize) -> anyhow::Result<Reaction> {
     let gko = Gko::start(&ns, 18181)?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
     wait_for(&api, "phase Current", current).await?;
-    let (seen, watching) = watch_platform(&api);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let (mut latencies, mut watches) = (vec![], vec![]);
-    for i in 0..runs {
-        watches.push(watch_latency(&api, &seen, &format!("run-{i}")).await?);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let version = if i % 2 == 0 { "2.3.2.2" } else { "2.3.2.1" };
-        let (ms, generation) = reaction_once(&api, &seen, version).await?;
-        latencies.push(ms);
-        wait_for(&api, "the update to finish", finished(generation)).await?;
-    }
-    watching.abort();
-    let (reaction, watch) = (Spread::of(latencies), Spread::of(watches));
+    let Reaction { reaction, watch } = reactions(&api, runs).await?;
     println!(
         "reaction (spec.version change -> phase Updating, {runs} runs): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         reaction.p50, reaction.p99, reaction.max
@@ -365,6 +451,65 @@ async fn reaction(runs: usize) -> anyhow::Result<Reaction> {
     );
     drop(gko);
     Ok(Reaction { reaction, watch })
+}
+
+/// `count` labelled module Deployments beyond the sample's four workloads, one pod each.
+fn extra_modules(count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": format!("gluesync-extra-{i:03}"), "labels": {"com.molo17.conductor.type": "module"}},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app.kubernetes.io/name": format!("gluesync-extra-{i:03}")}},
+                    "template": {
+                        "metadata": {"labels": {"app.kubernetes.io/name": format!("gluesync-extra-{i:03}")}},
+                        "spec": {"containers": [{"name": "extra", "image": "molo17/gluesync-extra:1.0.0"}]}
+                    }
+                }
+            })
+            .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// The reaction against the number of labelled workloads (4, 20, 100): `runs` `spec.version` changes
+/// each, beside the raw watch latency measured in the same runs.
+async fn reaction_workloads(runs: usize) -> anyhow::Result<()> {
+    println!(
+        "labelled workloads | reaction p50 ms | reaction p99 ms | watch p50 ms | watch p99 ms | reaction/watch"
+    );
+    for (i, workloads) in [4usize, 20, 100].into_iter().enumerate() {
+        let sim = Simulator::start(Options::default()).await?;
+        sim.add_pipelines("p", 20);
+        let ns = setup(&format!("bench-workloads-{workloads}"), &sim, 0).await?;
+        if workloads > 4 {
+            ns.apply(&extra_modules(workloads - 4))?;
+        }
+        let gko = Gko::start(&ns, 18200 + i as u16)?;
+        let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
+        wait_for(&api, "every workload ready", |g| {
+            g.status.as_ref().is_some_and(|s| {
+                s.phase == Some(Phase::Current)
+                    && s.components.len() == workloads
+                    && s.components.iter().all(|c| c.ready)
+            })
+        })
+        .await?;
+        let Reaction { reaction, watch } = reactions(&api, runs).await?;
+        drop(gko);
+        println!(
+            "{workloads:>18} | {:>15.1} | {:>15.1} | {:>12.1} | {:>12.1} | {}",
+            reaction.p50,
+            reaction.p99,
+            watch.p50,
+            watch.p99,
+            reaction.ratio(&watch)
+        );
+    }
+    Ok(())
 }
 
 /// The reaction while Core Hub hangs and the catalog is slow: pipelines left in the ledger (their exits
@@ -520,63 +665,199 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Drain and resume of 10,000 pipelines, and GKO's memory idle and during that update.
-async fn ten_thousand() -> anyhow::Result<()> {
+/// One point of the pipelines curve.
+struct PipelinesPoint {
+    pipelines: usize,
+    drain: f64,
+    resume: f64,
+    whole: f64,
+    cpu: f64,
+    idle_mib: f64,
+    peak_mib: f64,
+    /// The GluesyncPlatform's size as the API server serves it, in KiB.
+    object_kib: f64,
+}
+
+/// A whole update with `n` pipelines (window 0): drain, resume and whole-update time, GKO's CPU seconds
+/// for the update, its memory idle and at the peak, and the GluesyncPlatform's size after it.
+async fn pipelines_point(n: usize, port: u16) -> anyhow::Result<PipelinesPoint> {
     let sim = Simulator::start(Options::default()).await?;
-    sim.add_pipelines("p", 10_000);
-    let ns = setup("bench-10k", &sim, 0).await?;
-    let gko = Gko::start(&ns, 18183)?;
+    sim.add_pipelines("p", n);
+    let ns = setup(&format!("bench-pipelines-{n}"), &sim, 0).await?;
+    let gko = Gko::start(&ns, port)?;
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
     wait_for(&api, "phase Current", current).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = gko.rss_kib();
 
-    let peak = Arc::new(AtomicU64::new(0));
-    let running = Arc::new(AtomicBool::new(true));
-    let pid = gko.child.id();
-    let (p2, r2) = (peak.clone(), running.clone());
-    let sampler = tokio::spawn(async move {
-        while r2.load(Ordering::SeqCst) {
-            let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find(|l| l.starts_with("VmRSS:"))
-                        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-                })
-                .unwrap_or(0u64);
-            p2.fetch_max(rss, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    let peak = gko.peak_rss();
+    let cpu = gko.cpu_seconds();
     let start = Instant::now();
     let generation = set_version(&api, "2.3.2.2").await?;
-    let g = wait_for(&api, "the 10,000-pipeline update", finished(generation)).await?;
-    let total = start.elapsed();
-    running.store(false, Ordering::SeqCst);
-    let _ = sampler.await;
-    let attempt = g
-        .status
-        .and_then(|s| s.last_attempt)
-        .context("no last attempt")?;
-    if attempt.resumed_pipelines.len() != 10_000 || !sim.in_maintenance().is_empty() {
+    let g = wait_for(&api, "the update", finished(generation)).await?;
+    let whole = start.elapsed().as_secs_f64();
+    let cpu = gko.cpu_seconds() - cpu;
+    let peak = peak.mib().await;
+    let status = g.status.clone().context("no status")?;
+    let attempt = status.last_attempt.clone().context("no last attempt")?;
+    let resumed = status
+        .spilled_lists
+        .get("lastAttempt.resumedPipelines")
+        .map_or(attempt.resumed_pipelines.len() as i64, |l| l.count);
+    if resumed != n as i64 || !sim.in_maintenance().is_empty() {
         bail!(
-            "the update did not pause and resume all 10,000 pipelines: {:?}",
+            "the update did not pause and resume all {n} pipelines ({resumed} resumed): {:?}",
             attempt.result
         );
     }
+    let raw = ns.kubectl(&["get", "gsp", "gluesync", "-o", "json"])?;
+    Ok(PipelinesPoint {
+        pipelines: n,
+        drain: gko.step_seconds("Drain").await?,
+        resume: gko.step_seconds("Resume").await?,
+        whole,
+        cpu,
+        idle_mib: mib(idle),
+        peak_mib: peak,
+        object_kib: raw.len() as f64 / 1024.0,
+    })
+}
+
+/// The pipelines curve: 1,000, 10,000 and 100,000 pipelines, each on a GKO of its own.
+async fn pipelines() -> anyhow::Result<()> {
     println!(
-        "10,000 pipelines: drain {:.2} s, resume {:.2} s, whole update {:.2} s ({:?})",
-        gko.step_seconds("Drain").await?,
-        gko.step_seconds("Resume").await?,
-        total.as_secs_f64(),
-        attempt.result
+        "pipelines | drain s | resume s | whole update s | GKO CPU s | RSS idle MiB | RSS peak MiB | GluesyncPlatform KiB"
     );
+    for (i, n) in [1_000, 10_000, 100_000].into_iter().enumerate() {
+        let p = pipelines_point(n, 18183 + i as u16 * 10).await?;
+        println!(
+            "{:>9} | {:>7.2} | {:>8.2} | {:>14.2} | {:>9.2} | {:>12.1} | {:>12.1} | {:>8.1}",
+            p.pipelines, p.drain, p.resume, p.whole, p.cpu, p.idle_mib, p.peak_mib, p.object_kib
+        );
+    }
+    Ok(())
+}
+
+/// The Deployment of unrelated pods the unrelated curve creates, on the image `image`.
+fn unrelated_deployment(replicas: usize, image: &str) -> String {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "unrelated"},
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "unrelated"}},
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "unrelated", "app.kubernetes.io/instance": "gluesync"}},
+                "spec": {"containers": [{"name": "web", "image": image}]}
+            }
+        }
+    })
+    .to_string()
+}
+
+/// Waits until the Deployment `unrelated` has `replicas` ready pods of its latest template.
+async fn unrelated_rolled_out(ns: &TestNamespace, replicas: usize) -> anyhow::Result<()> {
+    let api: Api<Deployment> = Api::namespaced(ns.client.clone(), &ns.name);
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let want = Some(replicas as i32);
+    loop {
+        let d = api.get("unrelated").await?;
+        let s = d.status.unwrap_or_default();
+        if s.observed_generation == d.metadata.generation
+            && s.replicas == want
+            && s.updated_replicas == want
+            && s.ready_replicas == want
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the unrelated Deployment did not roll out {replicas} pods");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One point of the unrelated-pods curve.
+struct UnrelatedPoint {
+    pods: usize,
+    idle_mib: f64,
+    idle_per_minute: f64,
+    cached_pods: f64,
+    rollout_s: f64,
+    rollout_peak_mib: f64,
+    rollout_reconciles: f64,
+}
+
+const RECONCILES: &str = "gluesync_operator_reconciles_total";
+const CACHED_PODS: &str = "gluesync_operator_cached_objects{kind=\"Pod\"}";
+
+/// GKO idle on the sample install with `pods` unrelated pods in its namespace: memory and reconciles
+/// over an idle minute, then during a rollout of those pods to a new image.
+async fn unrelated_point(pods: usize, port: u16) -> anyhow::Result<UnrelatedPoint> {
+    let sim = Simulator::start(Options::default()).await?;
+    sim.add_pipelines("p", 20);
+    let ns = setup(&format!("bench-unrelated-{pods}"), &sim, 0).await?;
+    let gko = Gko::start(&ns, port)?;
+    let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(&api, "phase Current", current).await?;
+    if pods > 0 {
+        ns.apply(&unrelated_deployment(pods, "nginx:1.27"))?;
+        unrelated_rolled_out(&ns, pods).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle_window = Duration::from_secs(60);
+    let before = gko.metric(RECONCILES).await?;
+    tokio::time::sleep(idle_window).await;
+    let idle_reconciles = gko.metric(RECONCILES).await? - before;
+    let idle_mib = mib(gko.rss_kib());
+    let cached_pods = gko.metric(CACHED_PODS).await?;
+
+    let (mut rollout_s, mut rollout_peak_mib, mut rollout_reconciles) = (0.0, idle_mib, 0.0);
+    if pods > 0 {
+        let peak = gko.peak_rss();
+        let before = gko.metric(RECONCILES).await?;
+        let start = Instant::now();
+        ns.apply(&unrelated_deployment(pods, "nginx:1.28"))?;
+        unrelated_rolled_out(&ns, pods).await?;
+        rollout_s = start.elapsed().as_secs_f64();
+        rollout_reconciles = gko.metric(RECONCILES).await? - before;
+        rollout_peak_mib = peak.mib().await;
+    }
+    Ok(UnrelatedPoint {
+        pods,
+        idle_mib,
+        idle_per_minute: idle_reconciles * 60.0 / idle_window.as_secs_f64(),
+        cached_pods,
+        rollout_s,
+        rollout_peak_mib,
+        rollout_reconciles,
+    })
+}
+
+/// The unrelated-pods curve: 0 (the baseline), 500, 2,000 and 5,000 pods of a Deployment GKO does not
+/// manage in its namespace, each point on a GKO and namespace of its own.
+async fn unrelated() -> anyhow::Result<()> {
     println!(
-        "resident memory: idle {:.1} MiB, peak during the 10,000-pipeline update {:.1} MiB",
-        idle as f64 / 1024.0,
-        peak.load(Ordering::SeqCst) as f64 / 1024.0
+        "unrelated pods | RSS idle MiB (vs 0) | reconciles/min idle | pods cached | rollout s | RSS peak in rollout MiB (vs 0) | reconciles in rollout"
     );
+    let mut baseline: Option<f64> = None;
+    for (i, n) in [0, 500, 2_000, 5_000].into_iter().enumerate() {
+        let p = unrelated_point(n, 18190 + i as u16).await?;
+        let base = *baseline.get_or_insert(p.idle_mib);
+        println!(
+            "{:>14} | {:>8.1} ({:+.1}) | {:>19.1} | {:>11} | {:>9.1} | {:>10.1} ({:+.1}) | {:>21}",
+            p.pods,
+            p.idle_mib,
+            p.idle_mib - base,
+            p.idle_per_minute,
+            p.cached_pods,
+            p.rollout_s,
+            p.rollout_peak_mib,
+            p.rollout_peak_mib - base,
+            p.rollout_reconciles
+        );
+    }
     Ok(())
 }
 
@@ -818,6 +1099,9 @@ async fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    if wants("workloads") {
+        reaction_workloads(20).await?;
+    }
     if wants("hang") {
         reaction_hung(50, normal.as_ref()).await?;
     }
@@ -825,7 +1109,10 @@ async fn main() -> anyhow::Result<()> {
         overhead(10).await?;
     }
     if wants("pipelines") {
-        ten_thousand().await?;
+        pipelines().await?;
+    }
+    if wants("unrelated") {
+        unrelated().await?;
     }
     if wants("conductor") {
         conductor_load(Duration::from_secs(5)).await?;

@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// The label the Deployment controller puts on a ReplicaSet's pods: the hash its name ends in.
-const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
+pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 
 /// A labelled StatefulSet or Deployment, as GKO sees it.
 #[derive(Clone, Debug, PartialEq)]

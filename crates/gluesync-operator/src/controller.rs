@@ -129,8 +129,9 @@ fn position(s: Option<&GluesyncPlatformStatus>) -> Option<String> {
 #[instrument(skip_all, fields(gsp = %gsp.name_any()))]
 pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let view = &ctx.view;
-    if !view.ready() {
-        // Deciding from half-filled caches would report workloads missing that are not.
+    if !view.ready() || !view.pods_listed() {
+        // Deciding from half-filled caches would report workloads missing that are not (or, for the
+        // pods, a rollout done that is not).
         return Ok(Requeue::requeue(Duration::from_millis(50)));
     }
     if !view.writer.leadership().is_leader() {
@@ -165,11 +166,15 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
     // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
     let mut dr = dr_objects(view, &gsp).await.map_err(Error::Read)?;
     for _ in 0..STEPS_PER_RECONCILE {
+        // A workload may have appeared during the last step's writes, its pods not yet watched.
+        if !view.pods_listed() {
+            return Ok(Requeue::requeue(Duration::from_millis(50)));
+        }
         let workloads = view.workloads();
         let report = ctx.corehub.report(&uid);
         let access_problem = view.access.problem(&gsp, &workloads, &view.namespace);
         let answer = ctx.catalog.report(&uid);
-        let decision = update::decide(
+        let mut decision = update::decide(
             &gsp,
             &Observed {
                 now: now(),
@@ -194,14 +199,14 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
 
         if gsp.status.as_ref() != Some(&decision.status) {
             // Lists too long for the status go to ConfigMaps first, then the status that names them.
-            let split = spill::split(&gsp, &decision.status);
+            let split = spill::split(&gsp, &mut decision.status);
             if let Err(e) = write_lists(view, &split.configmaps).await {
                 return Err(Error::WriteStatus(e));
             }
             match view.writer.write_status(&gsp, &split.status).await {
                 Ok(mut written) => {
                     remove_stale_lists(view, &written, &split.status).await;
-                    written.status = Some(decision.status.clone());
+                    drop(split);
                     observe_steps(&ctx, &uid, gsp.status.as_ref(), &decision.status);
                     let s = &decision.status;
                     info!(
@@ -217,6 +222,8 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                     let hit = fault_point(gsp.status.as_ref(), s);
                     let before =
                         crate::status::stalled(gsp.status.as_ref()).map(|(r, _)| r.to_string());
+                    // The complete status (long lists and all) goes on with the written object.
+                    written.status = Some(decision.status);
                     let stalled = crate::status::stalled(written.status.as_ref())
                         .filter(|(r, _)| before.as_deref() != Some(*r) && !r.starts_with("Update"))
                         .map(|(r, m)| (r.to_string(), m.to_string()));

@@ -18,6 +18,7 @@ pub mod status;
 pub mod update;
 pub mod version;
 pub mod view;
+pub mod watches;
 pub mod writer;
 
 /// The CustomResourceDefinition of `GluesyncPlatform`, as installed: the one the types generate, with

@@ -11,7 +11,7 @@ use std::{
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
-    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
@@ -27,6 +27,12 @@ pub struct StepLabel {
     pub step: String,
 }
 
+/// Labels of `cached_objects`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
 /// GKO's metrics. The counters are cheap handles, shared by every part that counts.
 pub struct Metrics {
     registry: Registry,
@@ -40,6 +46,8 @@ pub struct Metrics {
     pub updates: Family<ResultLabel, Counter>,
     /// How long each step of an update took.
     pub step_seconds: Family<StepLabel, Histogram>,
+    /// Objects in the watch caches, by kind: what GKO holds of its namespace.
+    pub cached: Family<KindLabel, Gauge>,
     /// True once the watches have listed the namespace.
     pub ready: AtomicBool,
     /// The Conductor API could not serve (its port taken, its certificate unreadable).
@@ -81,8 +89,15 @@ impl Default for Metrics {
             "How long each step of an update took",
             step_seconds.clone(),
         );
+        let cached = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "cached_objects",
+            "Objects in GKO's watch caches, by kind",
+            cached.clone(),
+        );
         Metrics {
             registry,
+            cached,
             reconciles,
             reconcile_errors,
             status_writes,

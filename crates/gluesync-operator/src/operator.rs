@@ -14,12 +14,8 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Pod},
 };
 use kube::{
-    Api, Client, Resource, ResourceExt,
-    runtime::{
-        Controller, WatchStreamExt,
-        reflector::{self, ObjectRef, Store},
-        watcher,
-    },
+    Api, Client, ResourceExt,
+    runtime::{Controller, reflector::ObjectRef, watcher},
 };
 use tracing::{info, warn};
 
@@ -32,6 +28,7 @@ use crate::{
     lease::{self, Leadership},
     metrics::Metrics,
     view::View,
+    watches::{self, PodSelector, cached},
     writer::Writer,
 };
 
@@ -68,69 +65,6 @@ impl Settings {
 /// How long a stop waits for the controller to finish the reconciles in hand.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// The pause after a failed list or watch: 250 ms, doubling up to 5 s, back to 250 ms after any success.
-/// After a restart of kube-apiserver every watch fails a few times (refused connections, then "too old
-/// resource version" once), and with the default 30 s ceiling, applied to each watch and again to all of
-/// the controller's triggers, GKO stayed blind to its GluesyncPlatforms for minutes.
-struct WatchBackoff {
-    next: Duration,
-}
-
-const WATCH_BACKOFF_FIRST: Duration = Duration::from_millis(250);
-const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        WatchBackoff {
-            next: WATCH_BACKOFF_FIRST,
-        }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let now = self.next;
-        self.next = (now * 2).min(WATCH_BACKOFF_MAX);
-        Some(now)
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = WATCH_BACKOFF_FIRST;
-    }
-}
-
-/// A watch of one kind in the namespace, into a cache, without managed fields (they are large and unused).
-fn cached<K>(
-    api: Api<K>,
-    config: watcher::Config,
-) -> (
-    Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, config)
-            .modify(|o: &mut K| o.meta_mut().managed_fields = None)
-            .backoff(WatchBackoff::default()),
-    )
-    .touched_objects();
-    (store, stream)
-}
-
 /// The identity of this process in the Lease: the pod name, else `gluesync-operator` and the host name.
 fn identity(settings: &Settings) -> String {
     settings.instance.clone().unwrap_or_else(|| {
@@ -165,18 +99,26 @@ pub async fn run(
     let (statefulsets, sts_stream) = cached(
         Api::<StatefulSet>::namespaced(client.clone(), ns),
         labelled.clone(),
+        &metrics,
     );
-    let (deployments, deploy_stream) =
-        cached(Api::<Deployment>::namespaced(client.clone(), ns), labelled);
-    let (pods, pod_stream) = cached(
+    let (deployments, deploy_stream) = cached(
+        Api::<Deployment>::namespaced(client.clone(), ns),
+        labelled,
+        &metrics,
+    );
+    // Only the pods the labelled workloads' selectors match (see `watches`).
+    let pods_wanted = tokio::sync::watch::channel(PodSelector::Nothing).0;
+    let (pods, pod_stream) = watches::pods(
         Api::<Pod>::namespaced(client.clone(), ns),
-        watcher::Config::default().any_semantic(),
+        pods_wanted.subscribe(),
+        &metrics,
     );
     let (spilled, spilled_stream) = cached(
         Api::<ConfigMap>::namespaced(client.clone(), ns),
         watcher::Config::default()
             .labels(crate::spill::LABEL)
             .any_semantic(),
+        &metrics,
     );
     // One watch of the GluesyncPlatforms feeds the controller and the Conductor API's view; `changed`
     // moves on each of its events (what the Conductor API waits on).
@@ -184,13 +126,14 @@ pub async fn run(
     let (platforms, gsp_stream) = cached(
         Api::<GluesyncPlatform>::namespaced(client.clone(), ns),
         watcher::Config::default().any_semantic(),
+        &metrics,
     );
     let bump = changed.clone();
     let gsp_stream = gsp_stream.inspect(move |_| bump.send_modify(|n| *n = n.wrapping_add(1)));
     // Each watch backs off on its own; the controller's pause on any of their errors (30 s at most by
     // default, for every trigger at once) is kept as short.
     let controller = Controller::for_stream(gsp_stream, platforms.clone())
-        .trigger_backoff(WatchBackoff::default());
+        .trigger_backoff(watches::WatchBackoff::default());
 
     let view = Arc::new(View {
         namespace: ns.to_string(),
@@ -205,6 +148,7 @@ pub async fn run(
         statefulsets: statefulsets.clone(),
         deployments: deployments.clone(),
         pods: pods.clone(),
+        pods_wanted,
         spilled: spilled.clone(),
         changed,
         instance: settings.instance.clone(),
@@ -246,9 +190,11 @@ pub async fn run(
         });
     }
 
-    // Ready once every cache has listed the namespace; the Lease has nothing to do with it.
+    // Ready once every cache has listed the namespace; the Lease has nothing to do with it. (The pod cache
+    // is ready once it listed any selector; the controller also waits for the one of the current
+    // workloads, `View::pods_listed`.)
     let ready_metrics = metrics.clone();
-    let (s, d, p, c) = (statefulsets, deployments, pods, spilled);
+    let (s, d, p, c) = (statefulsets, deployments, pods.store, spilled);
     tokio::spawn(async move {
         if s.wait_until_ready().await.is_ok()
             && d.wait_until_ready().await.is_ok()
@@ -271,7 +217,17 @@ pub async fn run(
                 .collect::<Vec<_>>()
         }
     };
+    // A workload's change may change which pods are watched: the pod watch learns it at once.
+    let (sts_view, deploy_view) = (view.clone(), view.clone());
     let (for_sts, for_deploy) = (every_platform.clone(), every_platform.clone());
+    let for_sts = move || {
+        sts_view.pods_listed();
+        for_sts()
+    };
+    let for_deploy = move || {
+        deploy_view.pods_listed();
+        for_deploy()
+    };
     let managed = view.clone();
     let for_pods = move |pod: Pod| {
         let owned = cluster::owner_of(&pod).is_some_and(|(_, name)| {

@@ -76,18 +76,23 @@ pub struct Split {
     pub configmaps: Vec<ConfigMap>,
 }
 
-/// Takes the long lists out of a complete status.
-pub fn split(gsp: &GluesyncPlatform, full: &GluesyncPlatformStatus) -> Split {
+/// Takes the long lists out of a complete status. (`full` is only borrowed mutably so that its long lists
+/// are not copied whole: they are set aside while the rest is cloned, and put back.)
+pub fn split(gsp: &GluesyncPlatform, full: &mut GluesyncPlatformStatus) -> Split {
     let name = gsp.name_any();
     let owner = gsp.controller_owner_ref(&());
+    let long: Vec<(usize, Vec<String>)> = lists(full)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (_, ids))| ids.len() > INLINE_MAX)
+        .map(|(i, (_, ids))| (i, std::mem::take(ids)))
+        .collect();
     let mut status = full.clone();
     let mut spilled = BTreeMap::new();
     let mut configmaps = vec![];
-    for (list, ids) in lists(&mut status) {
-        if ids.len() <= INLINE_MAX {
-            continue;
-        }
-        let digest = digest(ids);
+    for (i, ids) in long {
+        let (list, shown) = lists(&mut status).swap_remove(i);
+        let digest = digest(&ids);
         for (shard, chunk) in ids.chunks(SHARD).enumerate() {
             configmaps.push(ConfigMap {
                 metadata: ObjectMeta {
@@ -116,7 +121,8 @@ pub fn split(gsp: &GluesyncPlatform, full: &GluesyncPlatformStatus) -> Split {
                 config_maps: ids.len().div_ceil(SHARD) as i64,
             },
         );
-        ids.truncate(SHOWN);
+        *shown = ids[..SHOWN].to_vec();
+        *lists(full).swap_remove(i).1 = ids;
     }
     status.spilled_lists = spilled;
     Split { status, configmaps }
@@ -211,18 +217,18 @@ mod tests {
 
     #[test]
     fn short_lists_stay_whole_in_the_status() {
-        let status = GluesyncPlatformStatus {
+        let mut status = GluesyncPlatformStatus {
             paused_pipelines: ids(INLINE_MAX),
             ..Default::default()
         };
-        let s = split(&gsp(), &status);
+        let s = split(&gsp(), &mut status);
         assert!(s.configmaps.is_empty());
         assert_eq!(s.status, status);
     }
 
     #[test]
     fn a_hundred_thousand_ids_go_to_configmaps_and_come_back() {
-        let full = GluesyncPlatformStatus {
+        let mut full = GluesyncPlatformStatus {
             paused_pipelines: ids(100_000),
             late_maintenance: Some(LateMaintenance {
                 pipelines: ids(50_000),
@@ -230,7 +236,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let s = split(&gsp(), &full);
+        let s = split(&gsp(), &mut full);
         assert_eq!(s.status.paused_pipelines.len(), SHOWN);
         assert_eq!(s.status.spilled_lists["pausedPipelines"].count, 100_000);
         assert_eq!(s.configmaps.len(), 5 + 3);
@@ -250,14 +256,14 @@ mod tests {
 
     #[test]
     fn configmaps_left_by_a_failed_write_are_not_taken() {
-        let full = GluesyncPlatformStatus {
+        let mut full = GluesyncPlatformStatus {
             paused_pipelines: ids(30_000),
             ..Default::default()
         };
-        let s = split(&gsp(), &full);
+        let s = split(&gsp(), &mut full);
         let other = split(
             &gsp(),
-            &GluesyncPlatformStatus {
+            &mut GluesyncPlatformStatus {
                 paused_pipelines: ids(30_001),
                 ..Default::default()
             },
@@ -276,7 +282,7 @@ mod tests {
     fn configmaps_no_list_names_are_stale() {
         let big = split(
             &gsp(),
-            &GluesyncPlatformStatus {
+            &mut GluesyncPlatformStatus {
                 paused_pipelines: ids(30_000),
                 ..Default::default()
             },

@@ -7,12 +7,18 @@ use std::sync::{Arc, atomic::Ordering};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::{ConfigMap, Pod},
+    core::v1::ConfigMap,
 };
 use kube::{ResourceExt, runtime::reflector::Store};
 use tokio::sync::watch;
 
-use crate::{api::GluesyncPlatform, cluster::Workload, metrics::Metrics, writer::Writer};
+use crate::{
+    api::GluesyncPlatform,
+    cluster::Workload,
+    metrics::Metrics,
+    watches::{PodCache, PodSelector},
+    writer::Writer,
+};
 
 pub struct View {
     pub namespace: String,
@@ -21,7 +27,10 @@ pub struct View {
     pub platforms: Store<GluesyncPlatform>,
     pub statefulsets: Store<StatefulSet>,
     pub deployments: Store<Deployment>,
-    pub pods: Store<Pod>,
+    /// The pods of the labelled workloads (see [`crate::watches`]).
+    pub pods: PodCache,
+    /// Which pods the pod watch should select; [`View::pods_listed`] keeps it current.
+    pub pods_wanted: watch::Sender<PodSelector>,
     /// The ConfigMaps that hold long pipeline lists (see [`crate::spill`]).
     pub spilled: Store<ConfigMap>,
     /// Moves whenever a GluesyncPlatform changes in the cache.
@@ -36,6 +45,28 @@ impl View {
     /// True once every cache has listed the namespace.
     pub fn ready(&self) -> bool {
         self.metrics.ready.load(Ordering::Relaxed)
+    }
+
+    /// True when the pod cache holds every pod of the labelled workloads now cached. If their set
+    /// changed, the pod watch is told the new selector, and this is false until its list is in.
+    pub fn pods_listed(&self) -> bool {
+        let want = PodSelector::of_workloads(&self.statefulsets, &self.deployments);
+        let listed = self.pods.covers(&want);
+        self.pods_wanted.send_if_modified(|w| {
+            let new = *w != want;
+            if new {
+                match &want {
+                    PodSelector::Everything => tracing::warn!(
+                        "the labelled workloads' selectors share no label key: GKO watches every pod \
+                         of the namespace and tells them apart by their owner"
+                    ),
+                    other => tracing::info!(pods = ?other, "watching the labelled workloads' pods"),
+                }
+                *w = want;
+            }
+            new
+        });
+        listed
     }
 
     /// The namespace's GluesyncPlatform (GKO manages one per namespace), from the cache.
@@ -60,7 +91,7 @@ impl View {
 
     /// The labelled workloads of the namespace with their pods, from the watch caches.
     pub fn workloads(&self) -> Vec<Workload> {
-        let pods = self.pods.state();
+        let pods = self.pods.store.state();
         let sts = self
             .statefulsets
             .state()

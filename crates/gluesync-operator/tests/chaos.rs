@@ -501,6 +501,10 @@ async fn run(
     let t3 = Instant::now();
     let mut found = violations(&before, &asked, &g, &specs, (&image, ready), &sim, tally);
     tally.checks += 1;
+    if !ready {
+        // What the StatefulSet controller and the kubelet made of it, for whoever reads the failure.
+        found.push(core_hub_story(&ns, &g));
+    }
     if stuck_on_stop > 0 {
         found.push(format!(
             "GKO did not exit within 30 s of SIGTERM ({stuck_on_stop} times)"
@@ -520,6 +524,53 @@ async fn run(
     // The namespace goes now, not at some later point: a long run leaves no pods behind.
     let _ = ns.kubectl(&["delete", "namespace", &ns.name, "--wait=false"]);
     Ok(found)
+}
+
+/// Core Hub's StatefulSet revisions, its pods (image, revision, readiness, why they wait) and GKO's last
+/// attempt: what a Core Hub that is not ready is explained by.
+fn core_hub_story(ns: &TestNamespace, g: &GluesyncPlatform) -> String {
+    let sts: Value = ns
+        .kubectl(&["get", "statefulset", CORE_HUB, "-o", "json"])
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let pods: Value = ns
+        .kubectl(&["get", "pods", "-o", "json"])
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let pods: Vec<String> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(CORE_HUB))
+        })
+        .map(|p| {
+            format!(
+                "{} image {} revision {} created {} ready {} waiting {}",
+                p["metadata"]["name"],
+                p["spec"]["containers"][0]["image"],
+                p["metadata"]["labels"]["controller-revision-hash"],
+                p["metadata"]["creationTimestamp"],
+                p["status"]["containerStatuses"][0]["ready"],
+                p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            )
+        })
+        .collect();
+    let attempt = g.status.as_ref().and_then(|s| s.last_attempt.as_ref());
+    format!(
+        "Core Hub: currentRevision {} updateRevision {} readyReplicas {} observedGeneration {} of {}; pods: {pods:?}; last attempt: {:?} {:?}",
+        sts["status"]["currentRevision"],
+        sts["status"]["updateRevision"],
+        sts["status"]["readyReplicas"],
+        sts["status"]["observedGeneration"],
+        sts["metadata"]["generation"],
+        attempt.map(|a| &a.result),
+        attempt.map(|a| &a.message),
+    )
 }
 
 /// Runs one generated history from `seed` with shrinking; the shrunk schedule when it breaks an
