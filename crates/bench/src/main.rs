@@ -75,7 +75,18 @@ impl Gko {
                 binary.display()
             );
         }
-        let child = Command::new(binary)
+        // A profiler to run GKO under, for whoever looks into a figure (e.g. `heaptrack -o /tmp/gko`).
+        let wrap = std::env::var("GKO_BENCH_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let mut command = match words.next() {
+            Some(profiler) => {
+                let mut c = Command::new(profiler);
+                c.args(words).arg(&binary);
+                c
+            }
+            None => Command::new(&binary),
+        };
+        let child = command
             .args([
                 "run",
                 "--namespace",
@@ -728,7 +739,12 @@ async fn pipelines() -> anyhow::Result<()> {
     println!(
         "pipelines | drain s | resume s | whole update s | GKO CPU s | RSS idle MiB | RSS peak MiB | GluesyncPlatform KiB"
     );
-    for (i, n) in [1_000, 10_000, 100_000].into_iter().enumerate() {
+    // `GKO_BENCH_PIPELINES=100000` measures one point only.
+    let points: Vec<usize> = std::env::var("GKO_BENCH_PIPELINES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000, 10_000, 100_000]);
+    for (i, n) in points.into_iter().enumerate() {
         let p = pipelines_point(n, 18183 + i as u16 * 10).await?;
         println!(
             "{:>9} | {:>7.2} | {:>8.2} | {:>14.2} | {:>9.2} | {:>12.1} | {:>12.1} | {:>8.1}",

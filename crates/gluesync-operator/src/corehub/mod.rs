@@ -431,11 +431,39 @@ impl CoreHub {
         let resp = self
             .call("GET /pipelines", reqwest::Method::GET, "/pipelines")
             .await?;
-        let bytes = resp.bytes().await.map_err(|e| Error::Unreachable {
+        // Parsed as it arrives, on a blocking thread: the whole answer (100,000 pipelines may be tens of
+        // megabytes) is never held at once, only a few chunks and the ids parsed so far.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let parse = tokio::task::spawn_blocking(move || {
+            parse_pipelines_from(std::io::BufReader::new(Chunks {
+                rx,
+                chunk: None,
+                at: 0,
+            }))
+        });
+        let mut resp = resp;
+        let read = loop {
+            match resp.chunk().await {
+                // A parser that stopped (a bad answer) says why below.
+                Ok(Some(chunk)) => {
+                    if tx.send(chunk).await.is_err() {
+                        break Ok(());
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        drop(tx);
+        let parsed = parse.await.map_err(|e| Error::BadAnswer {
+            what: "GET /pipelines".into(),
+            reason: e.to_string(),
+        })?;
+        read.map_err(|e| Error::Unreachable {
             url: self.base.clone(),
             reason: error_chain(&e),
         })?;
-        parse_pipelines(&bytes)
+        parsed
     }
 
     pub async fn set_maintenance(&self, id: &str, on: bool) -> Result<(), Error> {
@@ -457,19 +485,73 @@ impl CoreHub {
 /// Parses `GET /pipelines`: a bare list, or one wrapped as `{pipelines: [...]}`. Every pipeline must
 /// carry `id` and `isInMaintenanceMode`; the error names what is missing.
 pub fn parse_pipelines(body: &[u8]) -> Result<Vec<Pipeline>, Error> {
+    parse_pipelines_from(body)
+}
+
+/// [`parse_pipelines`] from a reader, straight into [`Pipeline`]s, every other field skipped: a listing of
+/// 100,000 pipelines costs their ids, not a tree of every field of every pipeline.
+fn parse_pipelines_from(mut body: impl std::io::BufRead) -> Result<Vec<Pipeline>, Error> {
+    #[derive(Deserialize)]
+    struct Wrapped {
+        pipelines: Vec<Pipeline>,
+    }
     let bad = |reason: String| Error::BadAnswer {
         what: "GET /pipelines".into(),
         reason,
     };
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
-    let list = match value {
-        serde_json::Value::Array(_) => value,
-        serde_json::Value::Object(mut o) if o.get("pipelines").is_some_and(|p| p.is_array()) => {
-            o.remove("pipelines").unwrap_or_default()
+    // The first byte that is not white space tells a list from an object.
+    let first = loop {
+        let buf = body.fill_buf().map_err(|e| bad(e.to_string()))?;
+        match buf.iter().position(|b| !b.is_ascii_whitespace()) {
+            Some(i) => {
+                let b = buf[i];
+                body.consume(i);
+                break Some(b);
+            }
+            None if buf.is_empty() => break None,
+            None => {
+                let n = buf.len();
+                body.consume(n);
+            }
         }
-        _ => return Err(bad("neither a list nor {pipelines: [...]}".into())),
     };
-    serde_json::from_value(list).map_err(|e| bad(e.to_string()))
+    match first {
+        Some(b'[') => serde_json::from_reader(body).map_err(|e| bad(e.to_string())),
+        Some(b'{') => serde_json::from_reader::<_, Wrapped>(body)
+            .map(|w| w.pipelines)
+            .map_err(|e| bad(e.to_string())),
+        _ => Err(bad("neither a list nor {pipelines: [...]}".into())),
+    }
+}
+
+/// The chunks of a response body, as they arrive, read on a blocking thread.
+struct Chunks<B> {
+    rx: tokio::sync::mpsc::Receiver<B>,
+    chunk: Option<B>,
+    at: usize,
+}
+
+impl<B: AsRef<[u8]>> std::io::Read for Chunks<B> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if let Some(chunk) = &self.chunk {
+                let rest = &chunk.as_ref()[self.at..];
+                if !rest.is_empty() {
+                    let n = rest.len().min(out.len());
+                    out[..n].copy_from_slice(&rest[..n]);
+                    self.at += n;
+                    return Ok(n);
+                }
+            }
+            match self.rx.blocking_recv() {
+                Some(next) => {
+                    self.chunk = Some(next);
+                    self.at = 0;
+                }
+                None => return Ok(0),
+            }
+        }
+    }
 }
 
 fn urlencode(s: &str) -> String {
@@ -507,6 +589,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pipelines_parse_from_chunks_as_they_arrive() {
+        let body = br#"  {"pipelines":[{"id":"a","isInMaintenanceMode":true},{"id":"b","isInMaintenanceMode":false}]}"#;
+        for size in [1, 3, 7, body.len()] {
+            let (tx, rx) = tokio::sync::mpsc::channel(body.len());
+            for piece in body.chunks(size) {
+                tx.try_send(piece.to_vec()).unwrap();
+            }
+            drop(tx);
+            let reader = std::io::BufReader::new(Chunks {
+                rx,
+                chunk: None,
+                at: 0,
+            });
+            let p = parse_pipelines_from(reader).unwrap();
+            assert_eq!(
+                p.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
+                ["a", "b"],
+                "chunks of {size}"
+            );
+        }
+    }
+
+    #[test]
     fn pipelines_parse_bare_or_wrapped() {
         let bare =
             br#"[{"id":"8aeb9fb6","name":"x","sourceAgentsInfo":[],"isInMaintenanceMode":false}]"#;
@@ -516,6 +621,11 @@ mod tests {
         let wrapped = br#"{"pipelines":[{"id":"a","isInMaintenanceMode":true}]}"#;
         assert!(parse_pipelines(wrapped).unwrap()[0].is_in_maintenance_mode);
         assert!(parse_pipelines(b"<html>").is_err());
+        assert!(parse_pipelines(br#"{"items":[]}"#).is_err());
+        assert!(parse_pipelines(br#"{"pipelines":{}}"#).is_err());
+        // Fields GKO does not read, of any shape, are skipped.
+        let rich = br#" {"total":1,"pipelines":[{"id":"b","isInMaintenanceMode":false,"agents":[{"x":[1,{"y":null}]}]}]}"#;
+        assert_eq!(parse_pipelines(rich).unwrap()[0].id, "b");
         assert!(parse_pipelines(br#"[{"name":"no id"}]"#).is_err());
         // A Core Hub that renamed the field: an error, never "running".
         let err = parse_pipelines(br#"[{"id":"a","maintenance":true}]"#).unwrap_err();
