@@ -485,9 +485,29 @@ async fn run(
             .as_str()
             .unwrap_or_default()
             .to_string();
+        // Ready as Core Hub's users see it: every replica's pod runs the template's image and is Ready.
+        // (Not the StatefulSet's status: after kube-apiserver restarts, kube-controller-manager may take
+        // minutes to count a pod that kwok made Ready long before.)
         let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1);
-        let ready = sts["status"]["readyReplicas"].as_i64() == Some(replicas)
-            && sts["status"]["updatedReplicas"].as_i64() == Some(replicas);
+        let pods: Value = serde_json::from_str(&ns.kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            &format!("app.kubernetes.io/name={CORE_HUB}"),
+            "-o",
+            "json",
+        ])?)?;
+        let pods = pods["items"].as_array().cloned().unwrap_or_default();
+        let ready = pods.len() as i64 == replicas
+            && pods.iter().all(|p| {
+                p["spec"]["containers"][0]["image"].as_str() == Some(image.as_str())
+                    && p["metadata"]["deletionTimestamp"].is_null()
+                    && p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
         anyhow::Ok((image, ready))
     };
     // (Not for an image that never comes up: the check below says so at once.)
