@@ -16,7 +16,7 @@
 //!   GluesyncPlatform's size;
 //! - unrelated pods: for 0 (the baseline), 500, 2,000 and 5,000 pods of a Deployment GKO does not manage
 //!   in its namespace, GKO's resident memory, reconciles per minute and cached pods idle, then its peak
-//!   memory and reconciles during a rollout of those pods;
+//!   memory and reconciles during a rollout of those pods, and the reconciles their deletion causes;
 //! - the Conductor API's throughput (`GET /containers`) for manager sessions GKO knows, for a flood of bad
 //!   tokens, and for both at once, in phases of equal length on one GKO: requests per second by answer
 //!   (200, 401, 429, other), and the Core Hub identity checks each phase cost.
@@ -803,6 +803,7 @@ struct UnrelatedPoint {
     rollout_s: f64,
     rollout_peak_mib: f64,
     rollout_reconciles: f64,
+    deletion_reconciles: f64,
 }
 
 const RECONCILES: &str = "gluesync_operator_reconciles_total";
@@ -840,6 +841,31 @@ async fn unrelated_point(pods: usize, port: u16) -> anyhow::Result<UnrelatedPoin
         rollout_reconciles = gko.metric(RECONCILES).await? - before;
         rollout_peak_mib = peak.mib().await;
     }
+    // Deleted, and every pod gone.
+    let mut deletion_reconciles = 0.0;
+    if pods > 0 {
+        let before = gko.metric(RECONCILES).await?;
+        ns.kubectl(&["delete", "deployment", "unrelated", "--wait=false"])?;
+        let deadline = Instant::now() + Duration::from_secs(900);
+        while !ns
+            .kubectl(&[
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=unrelated",
+                "-o",
+                "name",
+            ])?
+            .trim()
+            .is_empty()
+        {
+            if Instant::now() > deadline {
+                bail!("the unrelated pods were not deleted");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        deletion_reconciles = gko.metric(RECONCILES).await? - before;
+    }
     Ok(UnrelatedPoint {
         pods,
         idle_mib,
@@ -848,6 +874,7 @@ async fn unrelated_point(pods: usize, port: u16) -> anyhow::Result<UnrelatedPoin
         rollout_s,
         rollout_peak_mib,
         rollout_reconciles,
+        deletion_reconciles,
     })
 }
 
@@ -855,14 +882,14 @@ async fn unrelated_point(pods: usize, port: u16) -> anyhow::Result<UnrelatedPoin
 /// manage in its namespace, each point on a GKO and namespace of its own.
 async fn unrelated() -> anyhow::Result<()> {
     println!(
-        "unrelated pods | RSS idle MiB (vs 0) | reconciles/min idle | pods cached | rollout s | RSS peak in rollout MiB (vs 0) | reconciles in rollout"
+        "unrelated pods | RSS idle MiB (vs 0) | reconciles/min idle | pods cached | rollout s | RSS peak in rollout MiB (vs 0) | reconciles in rollout | reconciles in deletion"
     );
     let mut baseline: Option<f64> = None;
     for (i, n) in [0, 500, 2_000, 5_000].into_iter().enumerate() {
         let p = unrelated_point(n, 18190 + i as u16).await?;
         let base = *baseline.get_or_insert(p.idle_mib);
         println!(
-            "{:>14} | {:>8.1} ({:+.1}) | {:>19.1} | {:>11} | {:>9.1} | {:>10.1} ({:+.1}) | {:>21}",
+            "{:>14} | {:>8.1} ({:+.1}) | {:>19.1} | {:>11} | {:>9.1} | {:>10.1} ({:+.1}) | {:>21} | {:>22}",
             p.pods,
             p.idle_mib,
             p.idle_mib - base,
@@ -871,7 +898,8 @@ async fn unrelated() -> anyhow::Result<()> {
             p.rollout_s,
             p.rollout_peak_mib,
             p.rollout_peak_mib - base,
-            p.rollout_reconciles
+            p.rollout_reconciles,
+            p.deletion_reconciles
         );
     }
     Ok(())
