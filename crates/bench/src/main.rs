@@ -163,13 +163,10 @@ impl Gko {
 
     /// The sum of one step's durations, from GKO's /metrics.
     async fn step_seconds(&self, step: &str) -> anyhow::Result<f64> {
-        let text = reqwest::get(&self.metrics_url).await?.text().await?;
-        let key = format!("gluesync_operator_update_step_duration_seconds_sum{{step=\"{step}\"}} ");
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix(&key))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0))
+        self.metric(&format!(
+            "gluesync_operator_update_step_duration_seconds_sum{{step=\"{step}\"}}"
+        ))
+        .await
     }
 }
 

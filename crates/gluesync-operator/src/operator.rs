@@ -217,17 +217,9 @@ pub async fn run(
                 .collect::<Vec<_>>()
         }
     };
-    // A workload's change may change which pods are watched: the pod watch learns it at once.
-    let (sts_view, deploy_view) = (view.clone(), view.clone());
+    // (A workload's change may change which pods are watched: the reconcile it triggers tells the pod
+    // watch, `View::pods_listed`.)
     let (for_sts, for_deploy) = (every_platform.clone(), every_platform.clone());
-    let for_sts = move || {
-        sts_view.pods_listed();
-        for_sts()
-    };
-    let for_deploy = move || {
-        deploy_view.pods_listed();
-        for_deploy()
-    };
     let managed = view.clone();
     let for_pods = move |pod: Pod| {
         let owned = cluster::owner_of(&pod).is_some_and(|(_, name)| {

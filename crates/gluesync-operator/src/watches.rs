@@ -216,6 +216,16 @@ fn changed_only<K: Kept>(
     }
 }
 
+/// The events of one watch, each object cut down to what GKO reads, backing off as [`WatchBackoff`] says.
+fn kept_events<K: Kept>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + use<K> {
+    watcher(api, config)
+        .modify(K::keep)
+        .backoff(WatchBackoff::default())
+}
+
 /// Keeps the `cached_objects` gauge of `K` at the cache's size.
 fn count<K: Kept>(
     store: Store<K>,
@@ -243,10 +253,7 @@ pub fn cached<K: Kept>(
     impl Stream<Item = Result<K, watcher::Error>> + Send + use<K>,
 ) {
     let (store, writer) = reflector::store();
-    let events = watcher(api, config)
-        .modify(K::keep)
-        .backoff(WatchBackoff::default())
-        .filter(changed_only(store.clone()));
+    let events = kept_events(api, config).filter(changed_only(store.clone()));
     let stream = reflector::reflector(writer, events)
         .inspect(count(store.clone(), metrics))
         .touched_objects();
@@ -414,10 +421,7 @@ fn switching(
             PodSelector::Labels(labels) => config.labels(labels),
             PodSelector::Everything => config,
         };
-        watcher(api.clone(), config)
-            .modify(Pod::keep)
-            .backoff(WatchBackoff::default())
-            .boxed()
+        kept_events(api.clone(), config).boxed()
     };
     struct State<F> {
         wanted: watch::Receiver<PodSelector>,

@@ -16,12 +16,24 @@ use kube::{
 };
 use serde_json::json;
 
-/// The pods in GKO's cache, from its `cached_objects{kind="Pod"}` gauge.
-fn cached_pods(gko: &Operator) -> i64 {
+/// GKO's `cached_objects{kind="Pod"}` gauge: the pods in its cache.
+fn pod_gauge(gko: &Operator) -> prometheus_client::metrics::gauge::Gauge {
     gko.metrics
         .cached
         .get_or_create(&KindLabel { kind: "Pod".into() })
-        .get()
+        .clone()
+}
+
+fn cached_pods(gko: &Operator) -> i64 {
+    pod_gauge(gko).get()
+}
+
+/// Waits until GKO's cache holds `n` pods.
+async fn caches_pods(gko: &Operator, n: i64, what: &str) -> anyhow::Result<()> {
+    eventually(what, Duration::from_secs(30), || async {
+        Ok((cached_pods(gko) == n).then_some(()))
+    })
+    .await
 }
 
 async fn settled(ns: &gko_test_support::TestNamespace, components: usize) -> anyhow::Result<()> {
@@ -97,13 +109,7 @@ async fn unrelated_pods_are_neither_cached_nor_reconciled() -> anyhow::Result<()
     // Created, rolled to a new template, deleted: 40 pods each time, GKO's cache never holds one.
     let most = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
     let sampler = {
-        let (most, gauge) = (
-            most.clone(),
-            gko.metrics
-                .cached
-                .get_or_create(&KindLabel { kind: "Pod".into() })
-                .clone(),
-        );
+        let (most, gauge) = (most.clone(), pod_gauge(&gko));
         tokio::spawn(async move {
             loop {
                 most.fetch_max(gauge.get(), std::sync::atomic::Ordering::Relaxed);
@@ -183,12 +189,7 @@ async fn a_workload_labelled_later_has_its_pods_watched() -> anyhow::Result<()> 
     });
     ns.apply(&module.to_string())?;
     settled(&ns, 5).await?;
-    eventually(
-        "GKO caching the new module's two pods",
-        Duration::from_secs(30),
-        || async { Ok((cached_pods(&gko) == 6).then_some(())) },
-    )
-    .await?;
+    caches_pods(&gko, 6, "GKO caching the new module's two pods").await?;
 
     // Unlabelled, it is no longer GKO's, nor are its pods.
     let deployments: Api<Deployment> = Api::namespaced(ns.client.clone(), &ns.name);
@@ -200,11 +201,6 @@ async fn a_workload_labelled_later_has_its_pods_watched() -> anyhow::Result<()> 
         )
         .await?;
     settled(&ns, 4).await?;
-    eventually(
-        "GKO dropping the module's pods from its cache",
-        Duration::from_secs(30),
-        || async { Ok((cached_pods(&gko) == 4).then_some(())) },
-    )
-    .await?;
+    caches_pods(&gko, 4, "GKO dropping the module's pods from its cache").await?;
     Ok(())
 }
