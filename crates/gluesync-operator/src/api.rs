@@ -10,6 +10,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::ids::{PipelineId, PipelineList};
+
 /// API group of the custom resource.
 pub const GROUP: &str = "gluesync.molo17.com";
 /// Field manager of every write GKO makes.
@@ -270,9 +272,9 @@ pub struct GluesyncPlatformStatus {
     pub update: Option<UpdateStatus>,
     /// Pipelines the update has put into maintenance mode and not yet resumed. A pipeline is
     /// recorded here before GKO asks Core Hub to pause it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Atomic)]
-    pub paused_pipelines: Vec<String>,
+    pub paused_pipelines: PipelineList,
     /// Pipelines whose maintenance request may still land after the drain gave up; GKO takes any of
     /// them that shows up in maintenance mode out again until `until`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,13 +401,13 @@ pub struct UpdateStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub components: Vec<PlannedComponent>,
     /// Pipelines taken out of maintenance mode so far.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resumed_pipelines: Vec<String>,
+    #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
+    pub resumed_pipelines: PipelineList,
     /// Pipelines this update asked to enter maintenance mode, each recorded before its request was sent.
     /// None is asked twice in one update, by this GKO or by one that takes over after it stopped. Kept
     /// during Drain only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub asked_pipelines: Vec<String>,
+    #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
+    pub asked_pipelines: PipelineList,
     /// How the update is going to end, once that is known before the end (Refused, Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
@@ -540,7 +542,7 @@ impl JsonSchema for Step {
 #[serde(rename_all = "camelCase")]
 pub struct LateMaintenance {
     #[x_kube(merge_strategy = ListMerge::Atomic)]
-    pub pipelines: Vec<String>,
+    pub pipelines: PipelineList,
     pub until: Time,
 }
 
@@ -722,10 +724,10 @@ pub struct Attempt {
     pub finished_at: Time,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ComponentResult>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paused_pipelines: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resumed_pipelines: Vec<String>,
+    #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
+    pub paused_pipelines: PipelineList,
+    #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
+    pub resumed_pipelines: PipelineList,
 }
 
 /// Result of one component in an update.

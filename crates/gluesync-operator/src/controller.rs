@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::{api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::Time};
 use kube::{
     Api, ResourceExt,
     runtime::{controller::Action as Requeue, events::EventType},
@@ -51,6 +51,8 @@ pub struct Context {
     pub catalog: Tasks<Check, Option<Answer>>,
     /// When this process saw each platform's current step begin, for the step-duration metric.
     step_clock: Mutex<HashMap<String, (UpdateStep, Instant)>>,
+    /// The long pipeline lists this GKO last wrote or read.
+    pub lists: spill::Known,
 }
 
 impl Context {
@@ -64,6 +66,7 @@ impl Context {
             corehub,
             catalog,
             step_clock: Mutex::default(),
+            lists: spill::Known::default(),
         }
     }
 }
@@ -147,19 +150,23 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         // An update acts on what it reads: read the latest, not the cache.
         gsp = api.get(&gsp.name_any()).await.map_err(Error::Read)?;
     }
-    // Long pipeline lists come back from their ConfigMaps: the engine sees every id.
+    // Long pipeline lists come back (remembered, or read from their ConfigMaps): the engine sees every id.
     if let Some(mut status) = gsp.status.take() {
-        let configmaps = view.spilled.state();
-        let name = gsp.name_any();
-        let mine: Vec<&k8s_openapi::api::core::v1::ConfigMap> = configmaps
-            .iter()
-            .map(|c| c.as_ref())
-            .filter(|c| c.labels().get(spill::LABEL) == Some(&name))
-            .collect();
-        if let Err(NotYet(what)) = spill::join(&gsp, &mut status, &mine) {
-            info!(%what, "waiting for the cache to hold the ConfigMaps of a long pipeline list");
+        let missing = ctx.lists.missing(&gsp, &status);
+        let mut read = vec![];
+        if !missing.is_empty() {
+            let configmaps: Api<ConfigMap> =
+                Api::namespaced(view.writer.client().clone(), &view.namespace);
+            for name in &missing {
+                read.extend(configmaps.get_opt(name).await.map_err(Error::Read)?);
+            }
+        }
+        let refs: Vec<&ConfigMap> = read.iter().collect();
+        if let Err(NotYet(what)) = ctx.lists.join(&gsp, &mut status, &refs) {
+            info!(%what, "waiting for the ConfigMaps of a long pipeline list to hold what the status names");
             return Ok(Requeue::requeue(Duration::from_millis(200)));
         }
+        drop(read);
         gsp.status = Some(status);
     }
     let uid = gsp.uid().unwrap_or_default();
@@ -206,6 +213,8 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
             match view.writer.write_status(&gsp, &split.status).await {
                 Ok(mut written) => {
                     remove_stale_lists(view, &written, &split.status).await;
+                    ctx.lists
+                        .remember(&uid, &split.status.spilled_lists, &mut decision.status);
                     drop(split);
                     observe_steps(&ctx, &uid, gsp.status.as_ref(), &decision.status);
                     let s = &decision.status;
@@ -275,10 +284,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
 }
 
 /// Writes the ConfigMaps of long pipeline lists that the cache does not already hold as they are.
-async fn write_lists(
-    view: &View,
-    configmaps: &[k8s_openapi::api::core::v1::ConfigMap],
-) -> Result<(), kube::Error> {
+async fn write_lists(view: &View, configmaps: &[ConfigMap]) -> Result<(), kube::Error> {
     if configmaps.is_empty() {
         return Ok(());
     }

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod conductor;
 pub mod controller;
 pub mod corehub;
+pub mod ids;
 pub mod lease;
 pub mod metrics;
 pub mod operator;

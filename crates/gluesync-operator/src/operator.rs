@@ -257,6 +257,7 @@ pub async fn run(
                 .collect();
             cleanup.corehub.retain(|uid| live.contains(uid));
             cleanup.catalog.retain(|uid| live.contains(uid));
+            cleanup.lists.retain(|uid| live.contains(uid));
         }
     });
 

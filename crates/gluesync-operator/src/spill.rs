@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
-use crate::api::{GluesyncPlatform, GluesyncPlatformStatus, SpilledList};
+use crate::api::{GluesyncPlatform, GluesyncPlatformStatus, PipelineId, PipelineList, SpilledList};
 
 /// Longest list kept whole in the status.
 pub const INLINE_MAX: usize = 10_000;
@@ -26,8 +26,8 @@ const LIST_ANNOTATION: &str = "gluesync.molo17.com/list";
 const DIGEST_ANNOTATION: &str = "gluesync.molo17.com/digest";
 
 /// The pipeline lists of a status, each with its name in `status.spilledLists`.
-fn lists(status: &mut GluesyncPlatformStatus) -> Vec<(&'static str, &mut Vec<String>)> {
-    let mut out: Vec<(&'static str, &mut Vec<String>)> =
+fn lists(status: &mut GluesyncPlatformStatus) -> Vec<(&'static str, &mut PipelineList)> {
+    let mut out: Vec<(&'static str, &mut PipelineList)> =
         vec![("pausedPipelines", &mut status.paused_pipelines)];
     if let Some(late) = &mut status.late_maintenance {
         out.push(("lateMaintenance.pipelines", &mut late.pipelines));
@@ -44,10 +44,10 @@ fn lists(status: &mut GluesyncPlatformStatus) -> Vec<(&'static str, &mut Vec<Str
 }
 
 /// FNV-1a over the ids: tells a ConfigMap that matches the status from one left by a failed write.
-pub fn digest(ids: &[String]) -> String {
+pub fn digest(ids: &[impl AsRef<str>]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for id in ids {
-        for b in id.bytes().chain(std::iter::once(b'\n')) {
+        for b in id.as_ref().bytes().chain(std::iter::once(b'\n')) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
@@ -81,7 +81,7 @@ pub struct Split {
 pub fn split(gsp: &GluesyncPlatform, full: &mut GluesyncPlatformStatus) -> Split {
     let name = gsp.name_any();
     let owner = gsp.controller_owner_ref(&());
-    let long: Vec<(usize, Vec<String>)> = lists(full)
+    let long: Vec<(usize, PipelineList)> = lists(full)
         .into_iter()
         .enumerate()
         .filter(|(_, (_, ids))| ids.len() > INLINE_MAX)
@@ -121,49 +121,125 @@ pub fn split(gsp: &GluesyncPlatform, full: &mut GluesyncPlatformStatus) -> Split
                 config_maps: ids.len().div_ceil(SHARD) as i64,
             },
         );
-        *shown = ids[..SHOWN].to_vec();
+        *shown = ids[..SHOWN].iter().cloned().collect();
         *lists(full).swap_remove(i).1 = ids;
     }
     status.spilled_lists = spilled;
     Split { status, configmaps }
 }
 
-/// A spilled list whose ConfigMaps are not (yet) in the cache as the status names them.
+/// A spilled list whose ConfigMaps do not hold what the status names.
 #[derive(Debug, PartialEq, Eq)]
 pub struct NotYet(pub String);
 
-/// Puts the complete lists back into a status read from the API server, from the ConfigMaps of this
-/// platform. `NotYet` when the cache has not seen the ConfigMaps the status names.
-pub fn join(
-    gsp: &GluesyncPlatform,
-    status: &mut GluesyncPlatformStatus,
-    configmaps: &[&ConfigMap],
-) -> Result<(), NotYet> {
-    let spilled = std::mem::take(&mut status.spilled_lists);
-    let name = gsp.name_any();
-    for (list, ids) in lists(status) {
-        let Some(s) = spilled.get(list) else {
-            continue;
-        };
-        let mut all = Vec::with_capacity(s.count as usize);
-        for shard in 0..s.config_maps as usize {
-            let wanted = configmap_name(&name, list, shard);
-            let cm = configmaps
-                .iter()
-                .find(|c| c.name_any() == wanted)
-                .filter(|c| c.annotations().get(DIGEST_ANNOTATION) == Some(&s.digest))
-                .ok_or_else(|| NotYet(wanted.clone()))?;
-            let data = cm.data.as_ref().and_then(|d| d.get("ids"));
-            all.extend(data.iter().flat_map(|d| d.lines()).map(str::to_string));
-        }
-        if all.len() as i64 != s.count || digest(&all) != s.digest {
-            return Err(NotYet(format!(
-                "{list}: the ConfigMaps do not hold the list the status names"
-            )));
-        }
-        *ids = all;
+/// The complete lists GKO last wrote or read, by platform uid and digest. A reconcile takes a spilled list
+/// from here (shared, not copied) instead of reading and parsing its ConfigMaps again; only a GKO that
+/// has not written or read a list yet (a restart, a takeover) reads its ConfigMaps.
+#[derive(Default)]
+pub struct Known(std::sync::Mutex<BTreeMap<String, BTreeMap<String, PipelineList>>>);
+
+impl Known {
+    fn lists(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, PipelineList>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-    Ok(())
+
+    /// Remembers the spilled lists of a complete status (`spilled` as written names them), in place of
+    /// those remembered before.
+    pub fn remember(
+        &self,
+        uid: &str,
+        spilled: &BTreeMap<String, SpilledList>,
+        full: &mut GluesyncPlatformStatus,
+    ) {
+        let kept: BTreeMap<String, PipelineList> = lists(full)
+            .into_iter()
+            .filter_map(|(list, ids)| Some((spilled.get(list)?.digest.clone(), ids.clone())))
+            .collect();
+        if kept.is_empty() {
+            self.lists().remove(uid);
+        } else {
+            self.lists().insert(uid.to_string(), kept);
+        }
+    }
+
+    /// Forgets the platforms `keep` does not name (deleted platforms).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lists().retain(|uid, _| keep(uid));
+    }
+
+    /// The ConfigMaps a status needs read to be complete: those of each spilled list not remembered.
+    pub fn missing(&self, gsp: &GluesyncPlatform, status: &GluesyncPlatformStatus) -> Vec<String> {
+        let name = gsp.name_any();
+        let known = self.lists();
+        let mine = known.get(&gsp.uid().unwrap_or_default());
+        status
+            .spilled_lists
+            .iter()
+            .filter(|(_, s)| !mine.is_some_and(|m| m.contains_key(&s.digest)))
+            .flat_map(|(list, s)| {
+                (0..s.config_maps as usize).map(|n| configmap_name(&name, list, n))
+            })
+            .collect()
+    }
+
+    /// Puts the complete lists back into a status read from the API server (its `spilledLists` taken
+    /// out, as the engine sees it): remembered ones as they are, the others from `configmaps` (the ones [`Known::missing`] named, read), which are then
+    /// remembered too. `NotYet` when the ConfigMaps do not hold the list the status names.
+    pub fn join(
+        &self,
+        gsp: &GluesyncPlatform,
+        status: &mut GluesyncPlatformStatus,
+        configmaps: &[&ConfigMap],
+    ) -> Result<(), NotYet> {
+        let spilled = std::mem::take(&mut status.spilled_lists);
+        let name = gsp.name_any();
+        let uid = gsp.uid().unwrap_or_default();
+        for (list, ids) in lists(status) {
+            let Some(s) = spilled.get(list) else {
+                continue;
+            };
+            let remembered = self
+                .lists()
+                .get(&uid)
+                .and_then(|m| m.get(&s.digest))
+                .filter(|l| l.len() as i64 == s.count)
+                .cloned();
+            *ids = match remembered {
+                Some(l) => l,
+                None => read(&name, list, s, configmaps)?,
+            };
+        }
+        self.remember(&uid, &spilled, status);
+        Ok(())
+    }
+}
+
+/// One spilled list from its ConfigMaps.
+fn read(
+    name: &str,
+    list: &str,
+    s: &SpilledList,
+    configmaps: &[&ConfigMap],
+) -> Result<PipelineList, NotYet> {
+    let mut all: Vec<PipelineId> = Vec::with_capacity(s.count.max(0) as usize);
+    for shard in 0..s.config_maps as usize {
+        let wanted = configmap_name(name, list, shard);
+        let cm = configmaps
+            .iter()
+            .find(|c| c.name_any() == wanted)
+            .filter(|c| c.annotations().get(DIGEST_ANNOTATION) == Some(&s.digest))
+            .ok_or_else(|| NotYet(wanted.clone()))?;
+        let data = cm.data.as_ref().and_then(|d| d.get("ids"));
+        all.extend(data.iter().flat_map(|d| d.lines()).map(PipelineId::from));
+    }
+    if all.len() as i64 != s.count || digest(&all) != s.digest {
+        return Err(NotYet(format!(
+            "{list}: the ConfigMaps do not hold the list the status names"
+        )));
+    }
+    Ok(all.into())
 }
 
 /// ConfigMaps of this platform that no list of `status` (as written) names any more.
@@ -185,12 +261,14 @@ pub fn stale<'a>(
         .collect()
 }
 
-/// True when the cache already holds this ConfigMap with the same ids and digest.
+/// True when the cache already holds this ConfigMap for the same list: same name (list and shard) and
+/// same digest of the whole list, hence the same ids (the cache keeps no ids, see `watches::Kept`).
 pub fn unchanged(cm: &ConfigMap, cached: &[&ConfigMap]) -> bool {
     cached.iter().any(|c| {
         c.name_any() == cm.name_any()
+            && c.annotations().get(DIGEST_ANNOTATION).is_some()
             && c.annotations().get(DIGEST_ANNOTATION) == cm.annotations().get(DIGEST_ANNOTATION)
-            && c.data == cm.data
+            && c.annotations().get(LIST_ANNOTATION) == cm.annotations().get(LIST_ANNOTATION)
     })
 }
 
@@ -218,7 +296,7 @@ mod tests {
     #[test]
     fn short_lists_stay_whole_in_the_status() {
         let mut status = GluesyncPlatformStatus {
-            paused_pipelines: ids(INLINE_MAX),
+            paused_pipelines: ids(INLINE_MAX).into(),
             ..Default::default()
         };
         let s = split(&gsp(), &mut status);
@@ -229,9 +307,9 @@ mod tests {
     #[test]
     fn a_hundred_thousand_ids_go_to_configmaps_and_come_back() {
         let mut full = GluesyncPlatformStatus {
-            paused_pipelines: ids(100_000),
+            paused_pipelines: ids(100_000).into(),
             late_maintenance: Some(LateMaintenance {
-                pipelines: ids(50_000),
+                pipelines: ids(50_000).into(),
                 until: Time(jiff::Timestamp::UNIX_EPOCH),
             }),
             ..Default::default()
@@ -250,30 +328,30 @@ mod tests {
         }
         let mut back = s.status.clone();
         let refs: Vec<&ConfigMap> = s.configmaps.iter().collect();
-        join(&gsp(), &mut back, &refs).unwrap();
+        Known::default().join(&gsp(), &mut back, &refs).unwrap();
         assert_eq!(back, full);
     }
 
     #[test]
     fn configmaps_left_by_a_failed_write_are_not_taken() {
         let mut full = GluesyncPlatformStatus {
-            paused_pipelines: ids(30_000),
+            paused_pipelines: ids(30_000).into(),
             ..Default::default()
         };
         let s = split(&gsp(), &mut full);
         let other = split(
             &gsp(),
             &mut GluesyncPlatformStatus {
-                paused_pipelines: ids(30_001),
+                paused_pipelines: ids(30_001).into(),
                 ..Default::default()
             },
         );
         let refs: Vec<&ConfigMap> = other.configmaps.iter().collect();
         let mut back = s.status.clone();
-        assert!(join(&gsp(), &mut back, &refs).is_err());
+        assert!(Known::default().join(&gsp(), &mut back, &refs).is_err());
         let mut back = s.status.clone();
         assert!(
-            join(&gsp(), &mut back, &[]).is_err(),
+            Known::default().join(&gsp(), &mut back, &[]).is_err(),
             "not in the cache yet"
         );
     }
@@ -283,7 +361,7 @@ mod tests {
         let big = split(
             &gsp(),
             &mut GluesyncPlatformStatus {
-                paused_pipelines: ids(30_000),
+                paused_pipelines: ids(30_000).into(),
                 ..Default::default()
             },
         );
@@ -294,5 +372,81 @@ mod tests {
             2
         );
         assert!(unchanged(&big.configmaps[0], &refs));
+    }
+
+    #[test]
+    fn a_cached_configmap_without_its_ids_still_says_it_is_written() {
+        let big = split(
+            &gsp(),
+            &mut GluesyncPlatformStatus {
+                paused_pipelines: ids(30_000).into(),
+                ..Default::default()
+            },
+        );
+        let mut kept = big.configmaps[0].clone();
+        crate::watches::Kept::keep(&mut kept);
+        assert!(kept.data.is_none(), "the cache keeps no ids");
+        assert!(unchanged(&big.configmaps[0], &[&kept]));
+        let other = split(
+            &gsp(),
+            &mut GluesyncPlatformStatus {
+                paused_pipelines: ids(30_001).into(),
+                ..Default::default()
+            },
+        );
+        assert!(!unchanged(&other.configmaps[0], &[&kept]), "another list");
+    }
+
+    #[test]
+    fn a_remembered_list_comes_back_without_its_configmaps_and_shares_its_ids() {
+        let known = Known::default();
+        let mut full = GluesyncPlatformStatus {
+            paused_pipelines: ids(30_000).into(),
+            update: None,
+            last_attempt: Some(crate::api::Attempt {
+                target: Some("2".into()),
+                request_id: None,
+                requested_by: None,
+                generation: None,
+                result: crate::api::UpdateResult::Succeeded,
+                message: String::new(),
+                started_at: None,
+                finished_at: Time(jiff::Timestamp::UNIX_EPOCH),
+                results: vec![],
+                paused_pipelines: ids(20_000).into(),
+                resumed_pipelines: Default::default(),
+            }),
+            ..Default::default()
+        };
+        let s = split(&gsp(), &mut full);
+        // Nothing remembered: every shard of both lists is to be read.
+        assert_eq!(known.missing(&gsp(), &s.status).len(), 2 + 1);
+        known.remember("uid", &s.status.spilled_lists, &mut full);
+        assert!(known.missing(&gsp(), &s.status).is_empty());
+        let mut back = s.status.clone();
+        known.join(&gsp(), &mut back, &[]).unwrap();
+        assert_eq!(back, full);
+        assert!(
+            back.paused_pipelines.shares(&full.paused_pipelines),
+            "the remembered list itself, not a copy"
+        );
+        // A list changed since: its ConfigMaps are read, and it is remembered in turn.
+        let mut changed = full.clone();
+        changed
+            .paused_pipelines
+            .retain(|id| id != "pipeline-000007");
+        let c = split(&gsp(), &mut changed);
+        assert_eq!(known.missing(&gsp(), &c.status).len(), 2);
+        let refs: Vec<&ConfigMap> = c.configmaps.iter().collect();
+        let mut back = c.status.clone();
+        known.join(&gsp(), &mut back, &refs).unwrap();
+        assert_eq!(back, changed);
+        assert!(known.missing(&gsp(), &c.status).is_empty());
+        // Another platform remembers nothing of this one's lists.
+        let mut other = gsp();
+        other.metadata.uid = Some("other".into());
+        assert_eq!(known.missing(&other, &c.status).len(), 2 + 1);
+        known.retain(|uid| uid != "uid");
+        assert_eq!(known.missing(&gsp(), &c.status).len(), 2 + 1);
     }
 }

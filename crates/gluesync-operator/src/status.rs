@@ -477,8 +477,8 @@ mod tests {
                 started_at: None,
                 finished_at: t("2026-01-01T00:00:00Z"),
                 results: vec![],
-                paused_pipelines: vec![],
-                resumed_pipelines: vec![],
+                paused_pipelines: Default::default(),
+                resumed_pipelines: Default::default(),
             }),
             ..Default::default()
         });

@@ -106,8 +106,12 @@ impl Kept for Deployment {
 }
 
 impl Kept for k8s_openapi::api::core::v1::ConfigMap {
+    /// The spilled lists' ConfigMaps: their names, labels and annotations (the digest), not their ids,
+    /// which GKO reads with a GET when it does not remember the list (see `spill::Known`).
     fn keep(&mut self) {
         keep_meta(&mut self.metadata);
+        self.data = None;
+        self.binary_data = None;
     }
 }
 

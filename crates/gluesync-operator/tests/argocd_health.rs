@@ -181,8 +181,8 @@ fn with_attempt(
         started_at: Some(now()),
         finished_at: now(),
         results: vec![],
-        paused_pipelines: vec![],
-        resumed_pipelines: vec![],
+        paused_pipelines: Default::default(),
+        resumed_pipelines: Default::default(),
     });
     g
 }
@@ -412,7 +412,7 @@ fn fixtures() -> Vec<Fixture> {
          until the spec or GKO's settings change",
     ));
     let mut g = current.clone();
-    g.status.as_mut().expect("a status").paused_pipelines = vec!["p1".into(), "p2".into()];
+    g.status.as_mut().expect("a status").paused_pipelines = vec!["p1", "p2"].into();
     out.push(fixture(
         "PipelinesNotResumed (between updates)",
         &decided(&g, &kit("2.3.2.1")),

@@ -5,15 +5,13 @@
 
 pub mod worker;
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use tokio::sync::Mutex;
+
+use crate::ids::{PipelineId, PipelineList};
 
 /// Where and how to reach Core Hub, as the spec and the namespace say; the worker reads the Secrets.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -60,14 +58,14 @@ pub struct Work {
     pub epoch: String,
     /// Pipelines to be asked, once this epoch, to enter maintenance mode. Each was recorded in
     /// `status.pausedPipelines` before it appears here.
-    pub enter: Arc<BTreeSet<String>>,
+    pub enter: PipelineList,
     /// Pipelines the update has asked in so far (`status.update.askedPipelines`). A worker that begins an
     /// epoch counts them as asked: a GKO that took over from one that stopped never asks a pipeline
     /// twice in one update, even when it cannot tell whether the request went out.
-    pub asked: Arc<BTreeSet<String>>,
+    pub asked: PipelineList,
     /// Pipelines to be asked to leave maintenance mode: once this epoch, and again while Core Hub still
     /// lists them in maintenance mode.
-    pub exit: Arc<BTreeSet<String>>,
+    pub exit: PipelineList,
     /// How often to list the pipelines.
     pub poll: Duration,
 }
@@ -86,8 +84,9 @@ pub struct Report {
     pub epoch: String,
     /// The latest list of pipelines.
     pub listing: Option<Listing>,
-    /// Exit requests Core Hub accepted this epoch, with when they were sent.
-    pub exits: BTreeMap<String, Time>,
+    /// Exit requests Core Hub accepted this epoch, with when they were sent (shared: a report handed to
+    /// the engine does not copy them).
+    pub exits: Arc<BTreeMap<PipelineId, Time>>,
     /// Enter requests Core Hub accepted this epoch.
     pub entered: usize,
     /// The latest failed maintenance request, if the latest round had one.
@@ -169,10 +168,9 @@ pub enum Error {
 
 /// A pipeline, with the fields GKO reads. `isInMaintenanceMode` is required: an answer without it (a
 /// renamed field in a new Core Hub) is an error, never "running".
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Pipeline {
-    pub id: String,
+    pub id: PipelineId,
     pub is_in_maintenance_mode: bool,
 }
 
@@ -427,7 +425,16 @@ impl CoreHub {
         }
     }
 
+    /// Lists the pipelines.
     pub async fn pipelines(&self) -> Result<Vec<Pipeline>, Error> {
+        self.pipelines_after(None).await
+    }
+
+    /// Lists the pipelines; ids unchanged since `previous` are shared with it.
+    pub async fn pipelines_after(
+        &self,
+        previous: Option<Arc<Vec<Pipeline>>>,
+    ) -> Result<Vec<Pipeline>, Error> {
         let resp = self
             .call("GET /pipelines", reqwest::Method::GET, "/pipelines")
             .await?;
@@ -435,11 +442,14 @@ impl CoreHub {
         // megabytes) is never held at once, only a few chunks and the ids parsed so far.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let parse = tokio::task::spawn_blocking(move || {
-            parse_pipelines_from(std::io::BufReader::new(Chunks {
-                rx,
-                chunk: None,
-                at: 0,
-            }))
+            parse_pipelines_from(
+                std::io::BufReader::new(Chunks {
+                    rx,
+                    chunk: None,
+                    at: 0,
+                }),
+                previous.as_deref().map_or(&[], Vec::as_slice),
+            )
         });
         let mut resp = resp;
         let read = loop {
@@ -485,42 +495,180 @@ impl CoreHub {
 /// Parses `GET /pipelines`: a bare list, or one wrapped as `{pipelines: [...]}`. Every pipeline must
 /// carry `id` and `isInMaintenanceMode`; the error names what is missing.
 pub fn parse_pipelines(body: &[u8]) -> Result<Vec<Pipeline>, Error> {
-    parse_pipelines_from(body)
+    parse_pipelines_from(body, &[])
 }
 
 /// [`parse_pipelines`] from a reader, straight into [`Pipeline`]s, every other field skipped: a listing of
-/// 100,000 pipelines costs their ids, not a tree of every field of every pipeline.
-fn parse_pipelines_from(mut body: impl std::io::BufRead) -> Result<Vec<Pipeline>, Error> {
-    #[derive(Deserialize)]
-    struct Wrapped {
-        pipelines: Vec<Pipeline>,
-    }
+/// 100,000 pipelines costs their ids, not a tree of every field of every pipeline. An id the `previous`
+/// listing holds at the same place (Core Hub lists in a stable order) is that listing's id, shared, not a
+/// new copy: listing every 250 ms allocates only the ids that changed.
+fn parse_pipelines_from(
+    body: impl std::io::Read,
+    previous: &[Pipeline],
+) -> Result<Vec<Pipeline>, Error> {
+    use serde::de::DeserializeSeed;
     let bad = |reason: String| Error::BadAnswer {
         what: "GET /pipelines".into(),
         reason,
     };
-    // The first byte that is not white space tells a list from an object.
-    let first = loop {
-        let buf = body.fill_buf().map_err(|e| bad(e.to_string()))?;
-        match buf.iter().position(|b| !b.is_ascii_whitespace()) {
-            Some(i) => {
-                let b = buf[i];
-                body.consume(i);
-                break Some(b);
-            }
-            None if buf.is_empty() => break None,
-            None => {
-                let n = buf.len();
-                body.consume(n);
-            }
-        }
+    let mut de = serde_json::Deserializer::from_reader(body);
+    let list = listing::Answer(previous)
+        .deserialize(&mut de)
+        .map_err(|e| bad(e.to_string()))?;
+    de.end().map_err(|e| bad(e.to_string()))?;
+    Ok(list)
+}
+
+/// The seeds that read `GET /pipelines` with the previous listing at hand.
+mod listing {
+    use std::fmt;
+
+    use serde::de::{
+        self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
     };
-    match first {
-        Some(b'[') => serde_json::from_reader(body).map_err(|e| bad(e.to_string())),
-        Some(b'{') => serde_json::from_reader::<_, Wrapped>(body)
-            .map(|w| w.pipelines)
-            .map_err(|e| bad(e.to_string())),
-        _ => Err(bad("neither a list nor {pipelines: [...]}".into())),
+
+    use super::Pipeline;
+    use crate::ids::PipelineId;
+
+    /// The whole answer: a list, or `{pipelines: [...]}`.
+    pub struct Answer<'a>(pub &'a [Pipeline]);
+
+    impl<'de> DeserializeSeed<'de> for Answer<'_> {
+        type Value = Vec<Pipeline>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Answer<'_> {
+        type Value = Vec<Pipeline>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of pipelines or {pipelines: [...]}")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            List(self.0).visit_seq(seq)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut list = None;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "pipelines" && list.is_none() {
+                    list = Some(map.next_value_seed(List(self.0))?);
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            list.ok_or_else(|| de::Error::missing_field("pipelines"))
+        }
+    }
+
+    /// The list of pipelines.
+    struct List<'a>(&'a [Pipeline]);
+
+    impl<'de> DeserializeSeed<'de> for List<'_> {
+        type Value = Vec<Pipeline>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for List<'_> {
+        type Value = Vec<Pipeline>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of pipelines")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            // As long as the previous listing: no doubling past the length it will most likely have.
+            let mut out = Vec::with_capacity(self.0.len());
+            while let Some(p) = seq.next_element_seed(One(self.0.get(out.len())))? {
+                out.push(p);
+            }
+            out.shrink_to_fit();
+            Ok(out)
+        }
+    }
+
+    /// One pipeline; the previous listing's pipeline at the same place.
+    struct One<'a>(Option<&'a Pipeline>);
+
+    impl<'de> DeserializeSeed<'de> for One<'_> {
+        type Value = Pipeline;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for One<'_> {
+        type Value = Pipeline;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a pipeline")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let (mut id, mut maintenance) = (None, None);
+            while let Some(key) = map.next_key::<Key>()? {
+                match key {
+                    Key::Id => id = Some(map.next_value_seed(Id(self.0.map(|p| &p.id)))?),
+                    Key::Maintenance => maintenance = Some(map.next_value::<bool>()?),
+                    Key::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(Pipeline {
+                id: id.ok_or_else(|| de::Error::missing_field("id"))?,
+                is_in_maintenance_mode: maintenance
+                    .ok_or_else(|| de::Error::missing_field("isInMaintenanceMode"))?,
+            })
+        }
+    }
+
+    /// The fields of a pipeline GKO reads.
+    enum Key {
+        Id,
+        Maintenance,
+        Other,
+    }
+
+    impl<'de> de::Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Key;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a field name")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+                    Ok(match v {
+                        "id" => Key::Id,
+                        "isInMaintenanceMode" => Key::Maintenance,
+                        _ => Key::Other,
+                    })
+                }
+            }
+            d.deserialize_identifier(V)
+        }
+    }
+
+    /// An id: the previous listing's copy when it is the same.
+    struct Id<'a>(Option<&'a PipelineId>);
+
+    impl<'de> DeserializeSeed<'de> for Id<'_> {
+        type Value = PipelineId;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+
+    impl Visitor<'_> for Id<'_> {
+        type Value = PipelineId;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a pipeline id (a string)")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<PipelineId, E> {
+            Ok(match self.0 {
+                Some(previous) if previous.as_str() == v => previous.clone(),
+                _ => PipelineId::from(v),
+            })
+        }
     }
 }
 
@@ -602,7 +750,7 @@ mod tests {
                 chunk: None,
                 at: 0,
             });
-            let p = parse_pipelines_from(reader).unwrap();
+            let p = parse_pipelines_from(reader, &[]).unwrap();
             assert_eq!(
                 p.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
                 ["a", "b"],
@@ -630,6 +778,33 @@ mod tests {
         // A Core Hub that renamed the field: an error, never "running".
         let err = parse_pipelines(br#"[{"id":"a","maintenance":true}]"#).unwrap_err();
         assert!(err.to_string().contains("isInMaintenanceMode"), "{err}");
+    }
+
+    #[test]
+    fn a_listing_shares_the_ids_of_the_previous_one() {
+        let first = parse_pipelines(
+            br#"[{"id":"a","isInMaintenanceMode":false},{"id":"b","isInMaintenanceMode":false}]"#,
+        )
+        .unwrap();
+        let body = br#"[{"id":"a","isInMaintenanceMode":true},{"id":"c","isInMaintenanceMode":false},{"id":"d","isInMaintenanceMode":false}]"#;
+        let next = parse_pipelines_from(&body[..], &first).unwrap();
+        let same = |x: &Pipeline, y: &Pipeline| std::ptr::eq(x.id.as_str(), y.id.as_str());
+        assert!(
+            same(&next[0], &first[0]),
+            "an unchanged id is the previous copy"
+        );
+        assert_eq!(next[1].id, "c", "a changed id is read as it is");
+        assert!(!same(&next[1], &first[1]));
+        assert_eq!(
+            next[2].id, "d",
+            "a listing longer than the previous one is read whole"
+        );
+        assert!(
+            next[0].is_in_maintenance_mode,
+            "only the id is taken from before"
+        );
+        // Extra text after the answer is an error, as before.
+        assert!(parse_pipelines(br#"[] []"#).is_err());
     }
 
     #[test]

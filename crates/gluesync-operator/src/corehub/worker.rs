@@ -14,7 +14,7 @@ use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::me
 use kube::Api;
 use tracing::{info, warn};
 
-use super::{CoreHub, Credentials, Listing, Report, Retry, Target, Tls, Work};
+use super::{CoreHub, Credentials, Listing, PipelineId, Report, Retry, Target, Tls, Work};
 use crate::{
     background::{Input, lock},
     lease::Leadership,
@@ -137,10 +137,10 @@ pub async fn connect(
 async fn send(
     env: &Env,
     client: &CoreHub,
-    ids: Vec<String>,
+    ids: Vec<PipelineId>,
     enter: bool,
-) -> (Vec<(String, Time)>, Option<String>) {
-    let results: Vec<(String, Result<Time, String>)> = stream::iter(ids)
+) -> (Vec<(PipelineId, Time)>, Option<String>) {
+    let results: Vec<(PipelineId, Result<Time, String>)> = stream::iter(ids)
         .map(|id| async move {
             if !env.may_call() {
                 return (
@@ -189,7 +189,7 @@ async fn pause(
     input: &mut Input<Work, Report>,
     wait: Duration,
     epoch: &str,
-    entered: &HashSet<String>,
+    entered: &HashSet<PipelineId>,
 ) -> bool {
     let until = tokio::time::Instant::now() + wait;
     loop {
@@ -220,7 +220,7 @@ async fn pause(
 pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
     let mut connection: Option<(Target, Instant, Arc<CoreHub>)> = None;
     let mut epoch = String::new();
-    let mut entered: HashSet<String> = HashSet::new();
+    let mut entered: HashSet<PipelineId> = HashSet::new();
     let mut leader = env.leadership.subscribe();
     loop {
         let Some(work) = input.want.borrow_and_update().clone() else {
@@ -284,7 +284,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         };
 
         // Enter: once per epoch.
-        let to_enter: Vec<String> = work
+        let to_enter: Vec<PipelineId> = work
             .enter
             .iter()
             .filter(|id| !entered.contains(*id))
@@ -306,12 +306,26 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         }
 
         // Exit: once per epoch, and again while Core Hub still lists the pipeline in maintenance mode.
-        let to_exit: Vec<String> = {
+        let to_exit: Vec<PipelineId> = {
             let report = lock(&input.report);
-            let still_paused = |id: &str, asked: &Time| {
-                matches!(&report.listing, Some(Listing { at, result: Ok(list) })
-                    if at.0 > asked.0
-                        && list.iter().any(|p| p.id == id && p.is_in_maintenance_mode))
+            // The ids the latest list shows in maintenance mode, and when it was fetched: gathered once,
+            // the first time a request is due again (never a scan of the list per id).
+            let mut listed: Option<(jiff::Timestamp, HashSet<&str>)> = None;
+            let mut still_paused = |id: &str, asked: &Time| {
+                let (at, paused) = listed.get_or_insert_with(|| match &report.listing {
+                    Some(Listing {
+                        at,
+                        result: Ok(list),
+                    }) => (
+                        at.0,
+                        list.iter()
+                            .filter(|p| p.is_in_maintenance_mode)
+                            .map(|p| p.id.as_str())
+                            .collect(),
+                    ),
+                    _ => (jiff::Timestamp::MIN, HashSet::new()),
+                });
+                *at > asked.0 && paused.contains(id)
             };
             work.exit
                 .iter()
@@ -334,7 +348,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
                 accepted = ok.len(),
                 "maintenance exit requests sent"
             );
-            lock(&input.report).exits.extend(ok);
+            Arc::make_mut(&mut lock(&input.report).exits).extend(ok);
             errors = errors.or(error);
         }
 
@@ -343,10 +357,20 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             continue;
         }
         let at = now();
-        let result = client.pipelines().await.map(Arc::new).map_err(|e| {
-            env.metrics.corehub_errors.inc();
-            e.to_string()
-        });
+        let previous = match &lock(&input.report).listing {
+            Some(Listing {
+                result: Ok(list), ..
+            }) => Some(list.clone()),
+            _ => None,
+        };
+        let result = client
+            .pipelines_after(previous)
+            .await
+            .map(Arc::new)
+            .map_err(|e| {
+                env.metrics.corehub_errors.inc();
+                e.to_string()
+            });
         let failed = errors.is_some() || result.is_err();
         {
             let mut report = lock(&input.report);

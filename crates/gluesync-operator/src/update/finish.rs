@@ -130,7 +130,7 @@ pub(super) fn finish(
         .collect();
     let mut paused_all = u.resumed_pipelines.clone();
     paused_all.extend(not_resumed.iter().cloned());
-    paused_all.sort();
+    paused_all.make_mut().sort();
     let attempt = Attempt {
         target: u.target.clone(),
         request_id: u.request_id.clone(),

@@ -32,7 +32,7 @@ use std::{
 
 use super::*;
 use crate::{
-    api::GluesyncPlatformSpec,
+    api::{GluesyncPlatformSpec, PipelineId},
     cluster::PodView,
     corehub::{Listing, Pipeline},
 };
@@ -80,7 +80,7 @@ struct Process {
     handoff: Option<(Option<Work>, Option<Check>)>,
     work: Option<Work>,
     report: Report,
-    entered: BTreeSet<String>,
+    entered: BTreeSet<PipelineId>,
     check: Option<Check>,
     answer: Option<Answer>,
 }
@@ -361,7 +361,7 @@ impl State {
         }
     }
 
-    fn to_enter(&self) -> Vec<String> {
+    fn to_enter(&self) -> Vec<PipelineId> {
         self.gko.work.as_ref().map_or(vec![], |w| {
             w.enter
                 .iter()
@@ -371,7 +371,7 @@ impl State {
         })
     }
 
-    fn to_exit(&self) -> Vec<String> {
+    fn to_exit(&self) -> Vec<PipelineId> {
         let report = &self.gko.report;
         self.gko.work.as_ref().map_or(vec![], |w| {
             w.exit
@@ -418,7 +418,7 @@ impl State {
             s.gko.entered.insert(id.into());
             s.gko.report.entered = s.gko.entered.len();
         } else {
-            s.gko.report.exits.insert(id.into(), at);
+            std::sync::Arc::make_mut(&mut s.gko.report.exits).insert(id.into(), at);
         }
         s
     }
@@ -450,7 +450,7 @@ impl State {
         let then: Result<Vec<(String, bool)>, ()> = match &last.result {
             Ok(list) => Ok(list
                 .iter()
-                .map(|p| (p.id.clone(), p.is_in_maintenance_mode))
+                .map(|p| (p.id.to_string(), p.is_in_maintenance_mode))
                 .collect()),
             Err(_) => Err(()),
         };
@@ -468,7 +468,7 @@ impl State {
                 s.pipelines
                     .iter()
                     .map(|(id, m)| Pipeline {
-                        id: id.clone(),
+                        id: id.into(),
                         is_in_maintenance_mode: *m,
                     })
                     .collect(),
@@ -615,7 +615,7 @@ impl State {
                     .iter()
                     .flat_map(|l| l.pipelines.iter()),
             )
-            .map(String::as_str)
+            .map(PipelineId::as_str)
             .collect();
         for p in RUNNING {
             let paused = self.pipelines[p] || self.late.iter().any(|l| l.id == p && l.enter);

@@ -12,13 +12,16 @@
 //! pipelines go into `status.lateMaintenance` for `max(drainTimeoutSeconds, 60)` seconds after the drain
 //! gave up; one that shows up in maintenance mode in that time goes back into the ledger and is resumed.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, time::Duration};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{Decision, Mutant, Observed, move_to, mutated, passed, plus, settle_outcome};
 use crate::{
-    api::{GluesyncPlatform, LateMaintenance, UpdateResult, UpdateStatus, UpdateStep},
+    api::{
+        GluesyncPlatform, LateMaintenance, PipelineId, PipelineList, UpdateResult, UpdateStatus,
+        UpdateStep,
+    },
     corehub::{Listing, Pipeline, Work},
     status::{self, READY, RECONCILING, STALLED},
 };
@@ -43,8 +46,13 @@ pub(super) fn epoch(u: &UpdateStatus) -> String {
 const LEFTOVERS: &str = "leftovers";
 
 /// Up to 20 ids, for messages.
-pub(super) fn sample(ids: &[String]) -> String {
-    let mut s = ids.iter().take(20).cloned().collect::<Vec<_>>().join(", ");
+pub(super) fn sample(ids: &[impl AsRef<str>]) -> String {
+    let mut s = ids
+        .iter()
+        .take(20)
+        .map(AsRef::as_ref)
+        .collect::<Vec<&str>>()
+        .join(", ");
     if ids.len() > 20 {
         s.push_str(&format!(", and {} more", ids.len() - 20));
     }
@@ -70,16 +78,16 @@ fn in_maintenance(list: &[Pipeline]) -> BTreeSet<&str> {
 fn work(
     obs: &Observed,
     epoch: String,
-    enter: BTreeSet<String>,
-    exit: BTreeSet<String>,
+    enter: PipelineList,
+    exit: PipelineList,
     poll: Duration,
 ) -> Option<Work> {
     Some(Work {
         target: obs.target.clone()?,
         epoch,
-        enter: Arc::new(enter),
-        asked: Arc::default(),
-        exit: Arc::new(exit),
+        enter,
+        asked: PipelineList::new(),
+        exit,
         poll,
     })
 }
@@ -90,16 +98,10 @@ fn drain_work(
     obs: &Observed,
     epoch: String,
     u: &UpdateStatus,
-    running: Vec<String>,
+    running: Vec<PipelineId>,
 ) -> Option<Work> {
-    let mut w = work(
-        obs,
-        epoch,
-        running.into_iter().collect(),
-        BTreeSet::new(),
-        POLL_FAST,
-    )?;
-    w.asked = Arc::new(u.asked_pipelines.iter().cloned().collect());
+    let mut w = work(obs, epoch, running.into(), PipelineList::new(), POLL_FAST)?;
+    w.asked = u.asked_pipelines.clone();
     Some(w)
 }
 
@@ -151,7 +153,7 @@ pub(super) fn drain(
         d.requeue_at(&deadline, now);
         return;
     };
-    let running: Vec<String> = list
+    let running: Vec<PipelineId> = list
         .iter()
         .filter(|p| !p.is_in_maintenance_mode)
         .map(|p| p.id.clone())
@@ -162,7 +164,7 @@ pub(super) fn drain(
         // Asked once: nothing is asked in after Drain, so the record is not kept (nor its spilled shards).
         u.asked_pipelines.clear();
         if mutated(Mutant::DropFromLedger) && !d.status.paused_pipelines.is_empty() {
-            d.status.paused_pipelines.remove(0);
+            d.status.paused_pipelines.make_mut().remove(0);
         }
         d.status.message = Some(format!(
             "{} pipelines in maintenance mode; changing the Core Hub image",
@@ -190,9 +192,9 @@ pub(super) fn drain(
         .status
         .paused_pipelines
         .iter()
-        .map(String::as_str)
+        .map(PipelineId::as_str)
         .collect();
-    let new: Vec<String> = running
+    let new: Vec<PipelineId> = running
         .iter()
         .filter(|id| !known.contains(id.as_str()))
         .cloned()
@@ -214,8 +216,8 @@ pub(super) fn drain(
         d.status.paused_pipelines.extend(new);
     }
     // And in the update's own record, which a GKO taking over reads: asked once, never again.
-    let asked: BTreeSet<&str> = u.asked_pipelines.iter().map(String::as_str).collect();
-    let first: Vec<String> = running
+    let asked: BTreeSet<&str> = u.asked_pipelines.iter().map(PipelineId::as_str).collect();
+    let first: Vec<PipelineId> = running
         .iter()
         .filter(|id| !asked.contains(id.as_str()))
         .cloned()
@@ -244,7 +246,7 @@ fn drain_timeout(
     let timeout = gsp.spec.drain_timeout_seconds;
     // Asked in but not seen in maintenance mode: their request may still land.
     let seen: BTreeSet<&str> = list.map(in_maintenance).unwrap_or_default();
-    let late: Vec<String> = d
+    let late: Vec<PipelineId> = d
         .status
         .paused_pipelines
         .iter()
@@ -254,7 +256,7 @@ fn drain_timeout(
     let window = timeout.max(LATE_WINDOW_MIN_SECONDS);
     if !late.is_empty() && !mutated(Mutant::OldResume) {
         d.status.late_maintenance = Some(LateMaintenance {
-            pipelines: late,
+            pipelines: late.into(),
             until: plus(now, window),
         });
     }
@@ -286,7 +288,7 @@ fn drain_timeout(
 
 /// What of the ledger Core Hub has resumed: asked out this epoch, and listed running (or not listed at
 /// all) by a list fetched after the request was sent. Late arrivals go back into the ledger.
-fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<String> {
+fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<PipelineId> {
     let Some(Listing {
         at,
         result: Ok(list),
@@ -296,8 +298,8 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<String> {
     };
     let paused = in_maintenance(list);
     if let Some(late) = &mut d.status.late_maintenance {
-        let owed: BTreeSet<String> = d.status.paused_pipelines.iter().cloned().collect();
-        let landed: Vec<String> = late
+        let owed: BTreeSet<PipelineId> = d.status.paused_pipelines.iter().cloned().collect();
+        let landed: Vec<PipelineId> = late
             .pipelines
             .iter()
             .filter(|id| paused.contains(id.as_str()) && !owed.contains(*id))
@@ -306,7 +308,7 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<String> {
         d.status.paused_pipelines.extend(landed);
     }
     let listed: BTreeSet<&str> = list.iter().map(|p| p.id.as_str()).collect();
-    let (released, owed): (Vec<String>, Vec<String>) =
+    let (released, owed): (Vec<PipelineId>, Vec<PipelineId>) =
         d.status.paused_pipelines.iter().cloned().partition(|id| {
             let asked_out = obs
                 .corehub
@@ -316,7 +318,9 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<String> {
                 || mutated(Mutant::OldResume);
             asked_out && (!paused.contains(id.as_str()) || !listed.contains(id.as_str()))
         });
-    d.status.paused_pipelines = owed;
+    if !released.is_empty() {
+        d.status.paused_pipelines = owed.into();
+    }
     released
 }
 
@@ -373,13 +377,7 @@ pub(super) fn resume(
         ),
         None => format!("taking {} pipelines out of maintenance mode", owed.len()),
     });
-    d.corehub = work(
-        obs,
-        epoch,
-        BTreeSet::new(),
-        owed.iter().cloned().collect(),
-        POLL_FAST,
-    );
+    d.corehub = work(obs, epoch, PipelineList::new(), owed.clone(), POLL_FAST);
     d.requeue_at(&deadline, now);
 }
 
@@ -427,13 +425,7 @@ pub(super) fn ledger(
     } else {
         POLL_LEFTOVERS
     };
-    d.corehub = work(
-        obs,
-        epoch.clone(),
-        BTreeSet::new(),
-        owed.iter().cloned().collect(),
-        poll,
-    );
+    d.corehub = work(obs, epoch.clone(), PipelineList::new(), owed.clone(), poll);
     if let Some(t) = give_up {
         d.requeue_at(t, now);
     }

@@ -3,8 +3,8 @@
 use super::{Decision, Observed, move_to, settle_outcome, step};
 use crate::{
     api::{
-        ComponentState, ComponentType, GluesyncPlatform, PlannedComponent, UpdateResult,
-        UpdateStatus, UpdateStep,
+        ComponentState, ComponentType, GluesyncPlatform, PipelineList, PlannedComponent,
+        UpdateResult, UpdateStatus, UpdateStep,
     },
     catalog::Check,
     cluster::Workload,
@@ -92,8 +92,8 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
         generation: gsp.metadata.generation.unwrap_or(0),
         started_at: obs.now.clone(),
         components: vec![],
-        resumed_pipelines: vec![],
-        asked_pipelines: vec![],
+        resumed_pipelines: PipelineList::new(),
+        asked_pipelines: PipelineList::new(),
         outcome: None,
         previous_phase: previous.phase,
     };

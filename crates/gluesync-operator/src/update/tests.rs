@@ -11,7 +11,7 @@ use super::*;
 use crate::{
     api::{
         Attempt, ComponentResultStatus, ComponentState, GluesyncPlatformSpec, HistoryEntry,
-        PlannedComponent, SelfUpdatePhase, UpdateStep::*,
+        PipelineId, PlannedComponent, SelfUpdatePhase, UpdateStep::*,
     },
     cluster::PodView,
     corehub::{Listing, Pipeline},
@@ -94,27 +94,27 @@ fn catalog() -> Catalog {
 #[derive(Default)]
 struct Hub {
     /// Pipeline id -> in maintenance mode.
-    pipelines: BTreeMap<String, bool>,
+    pipelines: BTreeMap<PipelineId, bool>,
     report: Report,
-    entered: BTreeSet<String>,
+    entered: BTreeSet<PipelineId>,
     /// Enter requests land this many seconds after they were accepted.
     enter_delay: i64,
     /// Requests accepted but not applied yet: (id, enter, lands at).
-    pending: Vec<(String, bool, i64)>,
+    pending: Vec<(PipelineId, bool, i64)>,
     down: bool,
     /// How often each pipeline was asked in and out.
-    enters: BTreeMap<String, u32>,
-    exits: BTreeMap<String, u32>,
+    enters: BTreeMap<PipelineId, u32>,
+    exits: BTreeMap<PipelineId, u32>,
 }
 
 impl Hub {
     fn new(running: &[&str], paused: &[&str]) -> Hub {
         let mut hub = Hub::default();
         for id in running {
-            hub.pipelines.insert(id.to_string(), false);
+            hub.pipelines.insert((*id).into(), false);
         }
         for id in paused {
-            hub.pipelines.insert(id.to_string(), true);
+            hub.pipelines.insert((*id).into(), true);
         }
         hub
     }
@@ -174,7 +174,7 @@ impl Hub {
         for id in work.exit.iter() {
             if !self.report.exits.contains_key(id) {
                 *self.exits.entry(id.clone()).or_default() += 1;
-                self.report.exits.insert(id.clone(), ms(now, 0));
+                std::sync::Arc::make_mut(&mut self.report.exits).insert(id.clone(), ms(now, 0));
                 self.pipelines.insert(id.clone(), false);
             }
         }
@@ -375,8 +375,8 @@ fn a_new_version_starts_an_update_once_per_generation() {
             started_at: None,
             finished_at: at(0),
             results: vec![],
-            paused_pipelines: vec![],
-            resumed_pipelines: vec![],
+            paused_pipelines: Default::default(),
+            resumed_pipelines: Default::default(),
         }),
         ..Default::default()
     });
@@ -546,8 +546,8 @@ fn a_pin_after_a_ui_update_moves_no_other_module() {
             started_at: None,
             finished_at: at(0),
             results: vec![],
-            paused_pipelines: vec![],
-            resumed_pipelines: vec![],
+            paused_pipelines: Default::default(),
+            resumed_pipelines: Default::default(),
         }),
         ..Default::default()
     });
@@ -847,7 +847,7 @@ fn a_deleted_platform_waits_for_core_hub_only_so_long() {
     let mut world = World::new(Some(catalog()), Hub::new(&[], &["a"]));
     world.hub.down = true;
     g.status = Some(GluesyncPlatformStatus {
-        paused_pipelines: vec!["a".into()],
+        paused_pipelines: vec!["a"].into(),
         ..Default::default()
     });
     g.metadata.deletion_timestamp = Some(at(0));
