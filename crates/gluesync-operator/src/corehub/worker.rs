@@ -132,15 +132,17 @@ pub async fn connect(
         .map_err(|e| e.to_string())
 }
 
-/// Sends one kind of maintenance request to each of `ids`, while this GKO holds the Lease: the ids Core
-/// Hub accepted, with when it answered, and the first failure.
+/// Sends one kind of maintenance request to each of `ids`, while this GKO holds the Lease: `accepted` is
+/// told each id Core Hub accepted, with when it answered, as the answers come (nothing is held per id);
+/// the count accepted and the first failure are returned.
 async fn send(
     env: &Env,
     client: &CoreHub,
     ids: Vec<PipelineId>,
     enter: bool,
-) -> (Vec<(PipelineId, Time)>, Option<String>) {
-    let results: Vec<(PipelineId, Result<Time, String>)> = stream::iter(ids)
+    mut accepted: impl FnMut(PipelineId, Time),
+) -> (usize, Option<String>) {
+    let mut answers = stream::iter(ids)
         .map(|id| async move {
             if !env.may_call() {
                 return (
@@ -155,15 +157,16 @@ async fn send(
                 .map_err(|e| e.to_string());
             (id, r)
         })
-        .buffer_unordered(CONCURRENCY)
-        .collect()
-        .await;
-    let mut ok = vec![];
+        .buffer_unordered(CONCURRENCY);
+    let mut ok = 0;
     let mut first = None;
     let mut failed = 0;
-    for (id, r) in results {
+    while let Some((id, r)) = answers.next().await {
         match r {
-            Ok(at) => ok.push((id, at)),
+            Ok(at) => {
+                ok += 1;
+                accepted(id, at);
+            }
             Err(e) => {
                 failed += 1;
                 first.get_or_insert(e);
@@ -293,15 +296,14 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         let mut errors = None;
         if !to_enter.is_empty() {
             let count = to_enter.len();
-            let (ok, error) = send(&env, &client, to_enter, true).await;
-            info!(
-                asked = count,
-                accepted = ok.len(),
-                "maintenance enter requests sent"
-            );
-            if !crate::update::mutated(crate::update::Mutant::ForgetAsked) {
-                entered.extend(ok.into_iter().map(|(id, _)| id));
-            }
+            let forget = crate::update::mutated(crate::update::Mutant::ForgetAsked);
+            let (accepted, error) = send(&env, &client, to_enter, true, |id, _| {
+                if !forget {
+                    entered.insert(id);
+                }
+            })
+            .await;
+            info!(asked = count, accepted, "maintenance enter requests sent");
             errors = errors.or(error);
         }
 
@@ -342,12 +344,11 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         };
         if !to_exit.is_empty() {
             let count = to_exit.len();
-            let (ok, error) = send(&env, &client, to_exit, false).await;
-            info!(
-                asked = count,
-                accepted = ok.len(),
-                "maintenance exit requests sent"
-            );
+            // Recorded together at the end: the report the engine may hold is copied once, not per id.
+            let mut ok = Vec::with_capacity(count);
+            let (accepted, error) =
+                send(&env, &client, to_exit, false, |id, at| ok.push((id, at))).await;
+            info!(asked = count, accepted, "maintenance exit requests sent");
             Arc::make_mut(&mut lock(&input.report).exits).extend(ok);
             errors = errors.or(error);
         }
