@@ -307,7 +307,7 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<PipelineI
             .collect();
         d.status.paused_pipelines.extend(landed);
     }
-    let listed: BTreeSet<&str> = list.iter().map(|p| p.id.as_str()).collect();
+    // In maintenance mode, or not: a pipeline Core Hub no longer lists is not in maintenance mode.
     let (released, owed): (Vec<PipelineId>, Vec<PipelineId>) =
         d.status.paused_pipelines.iter().cloned().partition(|id| {
             let asked_out = obs
@@ -316,7 +316,7 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<PipelineI
                 .get(id)
                 .is_some_and(|asked| asked.0 < at.0)
                 || mutated(Mutant::OldResume);
-            asked_out && (!paused.contains(id.as_str()) || !listed.contains(id.as_str()))
+            asked_out && !paused.contains(id.as_str())
         });
     if !released.is_empty() {
         d.status.paused_pipelines = owed.into();
