@@ -38,7 +38,9 @@ use std::{
 use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use gko_test_support::TestNamespace;
-use gluesync_operator::api::{CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatform, Phase};
+use gluesync_operator::api::{
+    CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatform, Phase, UpdateResult,
+};
 use gluesync_simulator::{CatalogEntry, Options, Simulator};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kube::{
@@ -712,9 +714,12 @@ async fn pipelines_point(n: usize, port: u16) -> anyhow::Result<PipelinesPoint> 
         .spilled_lists
         .get("lastAttempt.resumedPipelines")
         .map_or(attempt.resumed_pipelines.len() as i64, |l| l.count);
-    if resumed != n as i64 || !sim.in_maintenance().is_empty() {
+    if attempt.result != UpdateResult::Succeeded
+        || resumed != n as i64
+        || !sim.in_maintenance().is_empty()
+    {
         bail!(
-            "the update did not pause and resume all {n} pipelines ({resumed} resumed): {:?}",
+            "the update did not succeed, pausing and resuming all {n} pipelines ({resumed} resumed): {:?}",
             attempt.result
         );
     }
