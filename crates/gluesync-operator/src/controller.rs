@@ -163,8 +163,8 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         }
         let refs: Vec<&ConfigMap> = read.iter().collect();
         if let Err(NotYet(what)) = ctx.lists.join(&gsp, &mut status, &refs) {
-            info!(%what, "waiting for the ConfigMaps of a long pipeline list to hold what the status names");
-            return Ok(Requeue::requeue(Duration::from_millis(200)));
+            warn!(%what, "waiting for the ConfigMaps of a long pipeline list to hold what the status names");
+            return Ok(Requeue::requeue(Duration::from_secs(1)));
         }
         drop(read);
         gsp.status = Some(status);

@@ -3,8 +3,8 @@
 //! comfortably (up to [`INLINE_MAX`] ids); beyond that, the complete list goes to ConfigMaps owned by the
 //! GluesyncPlatform (shards of [`SHARD`] ids), written before the status that names them, and the status
 //! keeps the first [`SHOWN`] ids with the count and a digest in `status.spilledLists`. The engine never
-//! sees the difference: [`join`] puts the complete lists back when the status is read, [`split`] takes
-//! them out again before it is written.
+//! sees the difference: [`Known::join`] puts the complete lists back when the status is read (remembered,
+//! or read from the ConfigMaps), [`split`] takes them out again before it is written.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,7 +55,11 @@ pub fn digest(ids: &[impl AsRef<str>]) -> String {
     format!("{h:016x}")
 }
 
-fn configmap_name(gsp: &str, list: &str, shard: usize) -> String {
+/// The ConfigMap of shard `shard` of a list: named with the list's digest, so that a new list never
+/// overwrites the ConfigMaps of the list the status still names (a GKO stopped between writing a new
+/// list's ConfigMaps and the status that names them leaves both lists whole). `None` for the digest gives
+/// the name GKO 0.3 used (without it), still read.
+fn configmap_name(gsp: &str, list: &str, digest: Option<&str>, shard: usize) -> String {
     let slug: String = list
         .chars()
         .map(|c| {
@@ -66,7 +70,18 @@ fn configmap_name(gsp: &str, list: &str, shard: usize) -> String {
             }
         })
         .collect();
-    format!("{gsp}-{slug}-{shard}")
+    match digest {
+        Some(d) => format!("{gsp}-{slug}-{d}-{shard}"),
+        None => format!("{gsp}-{slug}-{shard}"),
+    }
+}
+
+/// Most ids a spilled list may have. `status.spilledLists` is read from the API server: a count beyond
+/// this, or a number of ConfigMaps that does not match the count, is not a list GKO wrote.
+const MAX_IDS: i64 = 10_000_000;
+
+fn valid(s: &SpilledList) -> bool {
+    (0..=MAX_IDS).contains(&s.count) && s.config_maps == (s.count as usize).div_ceil(SHARD) as i64
 }
 
 /// What to write for a status: the status as stored (long lists cut, `spilledLists` set) and the
@@ -96,7 +111,7 @@ pub fn split(gsp: &GluesyncPlatform, full: &mut GluesyncPlatformStatus) -> Split
         for (shard, chunk) in ids.chunks(SHARD).enumerate() {
             configmaps.push(ConfigMap {
                 metadata: ObjectMeta {
-                    name: Some(configmap_name(&name, list, shard)),
+                    name: Some(configmap_name(&name, list, Some(&digest), shard)),
                     namespace: gsp.namespace(),
                     labels: Some([(LABEL.to_string(), name.clone())].into()),
                     annotations: Some(
@@ -169,7 +184,8 @@ impl Known {
         self.lists().retain(|uid, _| keep(uid));
     }
 
-    /// The ConfigMaps a status needs read to be complete: those of each spilled list not remembered.
+    /// The ConfigMaps a status needs read to be complete: those of each spilled list not remembered (by
+    /// the name GKO writes and the one GKO 0.3 wrote; one of them exists).
     pub fn missing(&self, gsp: &GluesyncPlatform, status: &GluesyncPlatformStatus) -> Vec<String> {
         let name = gsp.name_any();
         let known = self.lists();
@@ -177,9 +193,12 @@ impl Known {
         status
             .spilled_lists
             .iter()
-            .filter(|(_, s)| !mine.is_some_and(|m| m.contains_key(&s.digest)))
+            .filter(|(_, s)| valid(s) && !mine.is_some_and(|m| m.contains_key(&s.digest)))
             .flat_map(|(list, s)| {
-                (0..s.config_maps as usize).map(|n| configmap_name(&name, list, n))
+                let name = &name;
+                (0..s.config_maps as usize).flat_map(move |n| {
+                    [Some(s.digest.as_str()), None].map(|d| configmap_name(name, list, d, n))
+                })
             })
             .collect()
     }
@@ -223,14 +242,22 @@ fn read(
     s: &SpilledList,
     configmaps: &[&ConfigMap],
 ) -> Result<PipelineList, NotYet> {
-    let mut all: Vec<PipelineId> = Vec::with_capacity(s.count.max(0) as usize);
+    if !valid(s) {
+        return Err(NotYet(format!(
+            "{list}: status.spilledLists names {} ids in {} ConfigMaps, which is not a list GKO writes",
+            s.count, s.config_maps
+        )));
+    }
+    let mut all: Vec<PipelineId> = Vec::with_capacity(s.count as usize);
     for shard in 0..s.config_maps as usize {
-        let wanted = configmap_name(name, list, shard);
+        let wanted = [Some(s.digest.as_str()), None].map(|d| configmap_name(name, list, d, shard));
         let cm = configmaps
             .iter()
-            .find(|c| c.name_any() == wanted)
-            .filter(|c| c.annotations().get(DIGEST_ANNOTATION) == Some(&s.digest))
-            .ok_or_else(|| NotYet(wanted.clone()))?;
+            .find(|c| {
+                wanted.contains(&c.name_any())
+                    && c.annotations().get(DIGEST_ANNOTATION) == Some(&s.digest)
+            })
+            .ok_or_else(|| NotYet(wanted[0].clone()))?;
         let data = cm.data.as_ref().and_then(|d| d.get("ids"));
         all.extend(data.iter().flat_map(|d| d.lines()).map(PipelineId::from));
     }
@@ -252,7 +279,10 @@ pub fn stale<'a>(
     let wanted: BTreeSet<String> = written
         .spilled_lists
         .iter()
-        .flat_map(|(list, s)| (0..s.config_maps as usize).map(|n| configmap_name(&name, list, n)))
+        .filter(|(_, s)| valid(s))
+        .flat_map(|(list, s)| {
+            (0..s.config_maps as usize).map(|n| configmap_name(&name, list, Some(&s.digest), n))
+        })
         .collect();
     configmaps
         .iter()
@@ -261,8 +291,8 @@ pub fn stale<'a>(
         .collect()
 }
 
-/// True when the cache already holds this ConfigMap for the same list: same name (list and shard) and
-/// same digest of the whole list, hence the same ids (the cache keeps no ids, see `watches::Kept`).
+/// True when the cache already holds this ConfigMap for the same list: same name (list, digest and
+/// shard) and the same digest of the whole list in its annotation, hence the same ids (the cache keeps no ids, see `watches::Kept`).
 pub fn unchanged(cm: &ConfigMap, cached: &[&ConfigMap]) -> bool {
     cached.iter().any(|c| {
         c.name_any() == cm.name_any()
@@ -375,6 +405,95 @@ mod tests {
     }
 
     #[test]
+    fn a_write_stopped_before_the_status_leaves_the_named_list_whole() {
+        // The status names list A; GKO writes list B's ConfigMaps and stops before the status.
+        let mut a = GluesyncPlatformStatus {
+            paused_pipelines: ids(30_000).into(),
+            ..Default::default()
+        };
+        let sa = split(&gsp(), &mut a);
+        let sb = split(
+            &gsp(),
+            &mut GluesyncPlatformStatus {
+                paused_pipelines: ids(30_001).into(),
+                ..Default::default()
+            },
+        );
+        let names = |s: &Split| {
+            s.configmaps
+                .iter()
+                .map(|c| c.name_any())
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            names(&sa).iter().all(|n| !names(&sb).contains(n)),
+            "B's ConfigMaps do not overwrite A's"
+        );
+        let refs: Vec<&ConfigMap> = sa.configmaps.iter().chain(&sb.configmaps).collect();
+        let mut back = sa.status.clone();
+        Known::default().join(&gsp(), &mut back, &refs).unwrap();
+        assert_eq!(back, a, "a GKO that starts again reads A whole");
+        // And once the status names B, A's ConfigMaps are stale.
+        assert_eq!(stale(&gsp(), &sb.status, &refs).len(), sa.configmaps.len());
+    }
+
+    #[test]
+    fn configmaps_named_as_gko_0_3_named_them_are_read() {
+        let mut full = GluesyncPlatformStatus {
+            paused_pipelines: ids(30_000).into(),
+            ..Default::default()
+        };
+        let s = split(&gsp(), &mut full);
+        let old: Vec<ConfigMap> = s
+            .configmaps
+            .iter()
+            .enumerate()
+            .map(|(n, c)| {
+                let mut c = c.clone();
+                c.metadata.name = Some(configmap_name("gluesync", "pausedPipelines", None, n));
+                c
+            })
+            .collect();
+        let refs: Vec<&ConfigMap> = old.iter().collect();
+        let mut back = s.status.clone();
+        Known::default().join(&gsp(), &mut back, &refs).unwrap();
+        assert_eq!(back, full);
+        assert!(
+            Known::default()
+                .missing(&gsp(), &s.status)
+                .contains(&"gluesync-pausedpipelines-0".to_string())
+        );
+        // Written again, they are replaced by the names with the digest.
+        assert_eq!(stale(&gsp(), &s.status, &refs).len(), old.len());
+    }
+
+    #[test]
+    fn a_spilled_list_gko_did_not_write_is_refused_without_reading() {
+        for (count, config_maps) in [(-1, 0), (30_000, 3), (30_000, -1), (i64::MAX, 1 << 40)] {
+            let status = GluesyncPlatformStatus {
+                spilled_lists: [(
+                    "pausedPipelines".to_string(),
+                    SpilledList {
+                        count,
+                        digest: "0000000000000000".into(),
+                        config_maps,
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            };
+            let known = Known::default();
+            assert!(
+                known.missing(&gsp(), &status).is_empty(),
+                "{count} {config_maps}"
+            );
+            let mut back = status.clone();
+            let err = known.join(&gsp(), &mut back, &[]).unwrap_err();
+            assert!(err.0.contains("not a list GKO writes"), "{err:?}");
+        }
+    }
+
+    #[test]
     fn a_cached_configmap_without_its_ids_still_says_it_is_written() {
         let big = split(
             &gsp(),
@@ -419,8 +538,8 @@ mod tests {
             ..Default::default()
         };
         let s = split(&gsp(), &mut full);
-        // Nothing remembered: every shard of both lists is to be read.
-        assert_eq!(known.missing(&gsp(), &s.status).len(), 2 + 1);
+        // Nothing remembered: every shard of both lists is to be read (by its name and its 0.3 name).
+        assert_eq!(known.missing(&gsp(), &s.status).len(), 2 * (2 + 1));
         known.remember("uid", &s.status.spilled_lists, &mut full);
         assert!(known.missing(&gsp(), &s.status).is_empty());
         let mut back = s.status.clone();
@@ -436,7 +555,7 @@ mod tests {
             .paused_pipelines
             .retain(|id| id != "pipeline-000007");
         let c = split(&gsp(), &mut changed);
-        assert_eq!(known.missing(&gsp(), &c.status).len(), 2);
+        assert_eq!(known.missing(&gsp(), &c.status).len(), 2 * 2);
         let refs: Vec<&ConfigMap> = c.configmaps.iter().collect();
         let mut back = c.status.clone();
         known.join(&gsp(), &mut back, &refs).unwrap();
@@ -445,8 +564,8 @@ mod tests {
         // Another platform remembers nothing of this one's lists.
         let mut other = gsp();
         other.metadata.uid = Some("other".into());
-        assert_eq!(known.missing(&other, &c.status).len(), 2 + 1);
+        assert_eq!(known.missing(&other, &c.status).len(), 2 * (2 + 1));
         known.retain(|uid| uid != "uid");
-        assert_eq!(known.missing(&gsp(), &c.status).len(), 2 + 1);
+        assert_eq!(known.missing(&gsp(), &c.status).len(), 2 * (2 + 1));
     }
 }

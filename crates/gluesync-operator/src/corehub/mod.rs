@@ -551,7 +551,10 @@ mod listing {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut list = None;
             while let Some(key) = map.next_key::<String>()? {
-                if key == "pipelines" && list.is_none() {
+                if key == "pipelines" {
+                    if list.is_some() {
+                        return Err(de::Error::duplicate_field("pipelines"));
+                    }
                     list = Some(map.next_value_seed(List(self.0))?);
                 } else {
                     map.next_value::<IgnoredAny>()?;
@@ -606,6 +609,11 @@ mod listing {
             let (mut id, mut maintenance) = (None, None);
             while let Some(key) = map.next_key::<Key>()? {
                 match key {
+                    // A field given twice is an error (which one would Core Hub mean?).
+                    Key::Id if id.is_some() => return Err(de::Error::duplicate_field("id")),
+                    Key::Maintenance if maintenance.is_some() => {
+                        return Err(de::Error::duplicate_field("isInMaintenanceMode"));
+                    }
                     Key::Id => id = Some(map.next_value_seed(Id(self.0.map(|p| &p.id)))?),
                     Key::Maintenance => maintenance = Some(map.next_value::<bool>()?),
                     Key::Other => {
@@ -803,8 +811,15 @@ mod tests {
             next[0].is_in_maintenance_mode,
             "only the id is taken from before"
         );
-        // Extra text after the answer is an error, as before.
+        // Extra text after the answer is an error, as before; so is a field given twice.
         assert!(parse_pipelines(br#"[] []"#).is_err());
+        let twice = parse_pipelines(
+            br#"[{"id":"a","isInMaintenanceMode":true,"isInMaintenanceMode":false}]"#,
+        )
+        .unwrap_err();
+        assert!(twice.to_string().contains("duplicate field"), "{twice}");
+        assert!(parse_pipelines(br#"[{"id":"a","id":"b","isInMaintenanceMode":true}]"#).is_err());
+        assert!(parse_pipelines(br#"{"pipelines":[],"pipelines":[]}"#).is_err());
     }
 
     #[test]

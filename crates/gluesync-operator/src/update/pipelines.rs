@@ -153,11 +153,14 @@ pub(super) fn drain(
         d.requeue_at(&deadline, now);
         return;
     };
+    // Each once, in the order Core Hub lists them: an id listed twice is recorded and asked once.
+    let mut seen = std::collections::HashSet::new();
     let running: Vec<PipelineId> = list
         .iter()
-        .filter(|p| !p.is_in_maintenance_mode)
+        .filter(|p| !p.is_in_maintenance_mode && seen.insert(p.id.as_str()))
         .map(|p| p.id.clone())
         .collect();
+    drop(seen);
     let drained = running.is_empty()
         || (mutated(Mutant::PatchBeforeDrained) && list.iter().any(|p| p.is_in_maintenance_mode));
     if drained {

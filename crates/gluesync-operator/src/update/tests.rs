@@ -647,6 +647,27 @@ fn drain_records_pipelines_before_asking_and_leaves_paused_ones_alone() {
 }
 
 #[test]
+fn a_pipeline_core_hub_lists_twice_is_recorded_and_asked_once() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a", "b"], &[]), serde_json::json!({}));
+    world.step(&mut g, 1);
+    // Core Hub's answer names "a" twice.
+    let Some(Listing {
+        result: Ok(list), ..
+    }) = &mut world.hub.report.listing
+    else {
+        panic!("no listing");
+    };
+    std::sync::Arc::make_mut(list).push(Pipeline {
+        id: "a".into(),
+        is_in_maintenance_mode: false,
+    });
+    let d = world.step(&mut g, 1);
+    assert_eq!(status(&g).paused_pipelines, ["a", "b"]);
+    assert_eq!(update(&g).asked_pipelines, ["a", "b"]);
+    assert_eq!(d.corehub.unwrap().enter, ["a", "b"], "asked once each");
+}
+
+#[test]
 fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
     // Core Hub applies maintenance requests 2 s late; the GKO that asked stops before they land.
     let mut hub = Hub::new(&["a", "b", "c"], &[]);
