@@ -166,7 +166,6 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
             warn!(%what, "waiting for the ConfigMaps of a long pipeline list to hold what the status names");
             return Ok(Requeue::requeue(Duration::from_secs(1)));
         }
-        drop(read);
         gsp.status = Some(status);
     }
     let uid = gsp.uid().unwrap_or_default();

@@ -214,7 +214,7 @@ where
     PipelineId: PartialEq<T>,
 {
     fn eq(&self, other: &Vec<T>) -> bool {
-        self.0.len() == other.len() && self.0.iter().zip(other).all(|(a, b)| a == b)
+        self[..] == other[..]
     }
 }
 
@@ -223,7 +223,7 @@ where
     PipelineId: PartialEq<T>,
 {
     fn eq(&self, other: &[T; N]) -> bool {
-        self.0.len() == N && self.0.iter().zip(other).all(|(a, b)| a == b)
+        self[..] == other[..]
     }
 }
 

@@ -84,6 +84,11 @@ fn valid(s: &SpilledList) -> bool {
     (0..=MAX_IDS).contains(&s.count) && s.config_maps == (s.count as usize).div_ceil(SHARD) as i64
 }
 
+/// The names shard `shard` of a spilled list may have: the one GKO writes, and GKO 0.3's.
+fn shard_names(gsp: &str, list: &str, s: &SpilledList, shard: usize) -> [String; 2] {
+    [Some(s.digest.as_str()), None].map(|d| configmap_name(gsp, list, d, shard))
+}
+
 /// What to write for a status: the status as stored (long lists cut, `spilledLists` set) and the
 /// ConfigMaps that must hold the complete lists before it is written.
 pub struct Split {
@@ -154,7 +159,9 @@ pub struct NotYet(pub String);
 pub struct Known(std::sync::Mutex<BTreeMap<String, BTreeMap<String, PipelineList>>>);
 
 impl Known {
-    fn lists(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, PipelineList>>> {
+    fn by_platform(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, PipelineList>>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -173,22 +180,22 @@ impl Known {
             .filter_map(|(list, ids)| Some((spilled.get(list)?.digest.clone(), ids.clone())))
             .collect();
         if kept.is_empty() {
-            self.lists().remove(uid);
+            self.by_platform().remove(uid);
         } else {
-            self.lists().insert(uid.to_string(), kept);
+            self.by_platform().insert(uid.to_string(), kept);
         }
     }
 
     /// Forgets the platforms `keep` does not name (deleted platforms).
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.lists().retain(|uid, _| keep(uid));
+        self.by_platform().retain(|uid, _| keep(uid));
     }
 
     /// The ConfigMaps a status needs read to be complete: those of each spilled list not remembered (by
     /// the name GKO writes and the one GKO 0.3 wrote; one of them exists).
     pub fn missing(&self, gsp: &GluesyncPlatform, status: &GluesyncPlatformStatus) -> Vec<String> {
         let name = gsp.name_any();
-        let known = self.lists();
+        let known = self.by_platform();
         let mine = known.get(&gsp.uid().unwrap_or_default());
         status
             .spilled_lists
@@ -196,9 +203,7 @@ impl Known {
             .filter(|(_, s)| valid(s) && !mine.is_some_and(|m| m.contains_key(&s.digest)))
             .flat_map(|(list, s)| {
                 let name = &name;
-                (0..s.config_maps as usize).flat_map(move |n| {
-                    [Some(s.digest.as_str()), None].map(|d| configmap_name(name, list, d, n))
-                })
+                (0..s.config_maps as usize).flat_map(move |n| shard_names(name, list, s, n))
             })
             .collect()
     }
@@ -220,7 +225,7 @@ impl Known {
                 continue;
             };
             let remembered = self
-                .lists()
+                .by_platform()
                 .get(&uid)
                 .and_then(|m| m.get(&s.digest))
                 .filter(|l| l.len() as i64 == s.count)
@@ -250,7 +255,7 @@ fn read(
     }
     let mut all: Vec<PipelineId> = Vec::with_capacity(s.count as usize);
     for shard in 0..s.config_maps as usize {
-        let wanted = [Some(s.digest.as_str()), None].map(|d| configmap_name(name, list, d, shard));
+        let wanted = shard_names(name, list, s, shard);
         let cm = configmaps
             .iter()
             .find(|c| {
@@ -323,6 +328,16 @@ mod tests {
         (0..n).map(|i| format!("pipeline-{i:06}")).collect()
     }
 
+    /// A status pausing `n` pipelines, and what is written for it.
+    fn paused(n: usize) -> (GluesyncPlatformStatus, Split) {
+        let mut full = GluesyncPlatformStatus {
+            paused_pipelines: ids(n).into(),
+            ..Default::default()
+        };
+        let s = split(&gsp(), &mut full);
+        (full, s)
+    }
+
     #[test]
     fn short_lists_stay_whole_in_the_status() {
         let mut status = GluesyncPlatformStatus {
@@ -364,18 +379,8 @@ mod tests {
 
     #[test]
     fn configmaps_left_by_a_failed_write_are_not_taken() {
-        let mut full = GluesyncPlatformStatus {
-            paused_pipelines: ids(30_000).into(),
-            ..Default::default()
-        };
-        let s = split(&gsp(), &mut full);
-        let other = split(
-            &gsp(),
-            &mut GluesyncPlatformStatus {
-                paused_pipelines: ids(30_001).into(),
-                ..Default::default()
-            },
-        );
+        let s = paused(30_000).1;
+        let other = paused(30_001).1;
         let refs: Vec<&ConfigMap> = other.configmaps.iter().collect();
         let mut back = s.status.clone();
         assert!(Known::default().join(&gsp(), &mut back, &refs).is_err());
@@ -388,13 +393,7 @@ mod tests {
 
     #[test]
     fn configmaps_no_list_names_are_stale() {
-        let big = split(
-            &gsp(),
-            &mut GluesyncPlatformStatus {
-                paused_pipelines: ids(30_000).into(),
-                ..Default::default()
-            },
-        );
+        let big = paused(30_000).1;
         let refs: Vec<&ConfigMap> = big.configmaps.iter().collect();
         assert!(stale(&gsp(), &big.status, &refs).is_empty());
         assert_eq!(
@@ -407,18 +406,8 @@ mod tests {
     #[test]
     fn a_write_stopped_before_the_status_leaves_the_named_list_whole() {
         // The status names list A; GKO writes list B's ConfigMaps and stops before the status.
-        let mut a = GluesyncPlatformStatus {
-            paused_pipelines: ids(30_000).into(),
-            ..Default::default()
-        };
-        let sa = split(&gsp(), &mut a);
-        let sb = split(
-            &gsp(),
-            &mut GluesyncPlatformStatus {
-                paused_pipelines: ids(30_001).into(),
-                ..Default::default()
-            },
-        );
+        let (a, sa) = paused(30_000);
+        let sb = paused(30_001).1;
         let names = |s: &Split| {
             s.configmaps
                 .iter()
@@ -439,11 +428,7 @@ mod tests {
 
     #[test]
     fn configmaps_named_as_gko_0_3_named_them_are_read() {
-        let mut full = GluesyncPlatformStatus {
-            paused_pipelines: ids(30_000).into(),
-            ..Default::default()
-        };
-        let s = split(&gsp(), &mut full);
+        let (full, s) = paused(30_000);
         let old: Vec<ConfigMap> = s
             .configmaps
             .iter()
@@ -495,24 +480,12 @@ mod tests {
 
     #[test]
     fn a_cached_configmap_without_its_ids_still_says_it_is_written() {
-        let big = split(
-            &gsp(),
-            &mut GluesyncPlatformStatus {
-                paused_pipelines: ids(30_000).into(),
-                ..Default::default()
-            },
-        );
+        let big = paused(30_000).1;
         let mut kept = big.configmaps[0].clone();
         crate::watches::Kept::keep(&mut kept);
         assert!(kept.data.is_none(), "the cache keeps no ids");
         assert!(unchanged(&big.configmaps[0], &[&kept]));
-        let other = split(
-            &gsp(),
-            &mut GluesyncPlatformStatus {
-                paused_pipelines: ids(30_001).into(),
-                ..Default::default()
-            },
-        );
+        let other = paused(30_001).1;
         assert!(!unchanged(&other.configmaps[0], &[&kept]), "another list");
     }
 

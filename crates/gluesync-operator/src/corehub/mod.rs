@@ -174,6 +174,14 @@ pub struct Pipeline {
     pub is_in_maintenance_mode: bool,
 }
 
+/// The ids a listing shows in maintenance mode.
+pub fn in_maintenance(list: &[Pipeline]) -> std::collections::HashSet<&str> {
+    list.iter()
+        .filter(|p| p.is_in_maintenance_mode)
+        .map(|p| p.id.as_str())
+        .collect()
+}
+
 /// A caller as Core Hub knows it.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct Me {
@@ -523,8 +531,9 @@ fn parse_pipelines_from(
 mod listing {
     use std::fmt;
 
-    use serde::de::{
-        self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+    use serde::{
+        Deserialize,
+        de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor},
     };
 
     use super::Pipeline;
@@ -550,18 +559,28 @@ mod listing {
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut list = None;
-            while let Some(key) = map.next_key::<String>()? {
-                if key == "pipelines" {
-                    if list.is_some() {
+            while let Some(key) = map.next_key::<WrapperKey>()? {
+                match key {
+                    WrapperKey::Pipelines if list.is_some() => {
                         return Err(de::Error::duplicate_field("pipelines"));
                     }
-                    list = Some(map.next_value_seed(List(self.0))?);
-                } else {
-                    map.next_value::<IgnoredAny>()?;
+                    WrapperKey::Pipelines => list = Some(map.next_value_seed(List(self.0))?),
+                    WrapperKey::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
                 }
             }
             list.ok_or_else(|| de::Error::missing_field("pipelines"))
         }
+    }
+
+    /// The field of `{pipelines: [...]}` GKO reads.
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "camelCase")]
+    enum WrapperKey {
+        Pipelines,
+        #[serde(other)]
+        Other,
     }
 
     /// The list of pipelines.
@@ -630,30 +649,15 @@ mod listing {
     }
 
     /// The fields of a pipeline GKO reads.
+    #[derive(Deserialize)]
+    #[serde(field_identifier)]
     enum Key {
+        #[serde(rename = "id")]
         Id,
+        #[serde(rename = "isInMaintenanceMode")]
         Maintenance,
+        #[serde(other)]
         Other,
-    }
-
-    impl<'de> de::Deserialize<'de> for Key {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V;
-            impl Visitor<'_> for V {
-                type Value = Key;
-                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a field name")
-                }
-                fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                    Ok(match v {
-                        "id" => Key::Id,
-                        "isInMaintenanceMode" => Key::Maintenance,
-                        _ => Key::Other,
-                    })
-                }
-            }
-            d.deserialize_identifier(V)
-        }
     }
 
     /// An id: the previous listing's copy when it is the same.

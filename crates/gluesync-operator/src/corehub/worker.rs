@@ -318,13 +318,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
                     Some(Listing {
                         at,
                         result: Ok(list),
-                    }) => (
-                        at.0,
-                        list.iter()
-                            .filter(|p| p.is_in_maintenance_mode)
-                            .map(|p| p.id.as_str())
-                            .collect(),
-                    ),
+                    }) => (at.0, super::in_maintenance(list)),
                     _ => (jiff::Timestamp::MIN, HashSet::new()),
                 });
                 *at > asked.0 && paused.contains(id)

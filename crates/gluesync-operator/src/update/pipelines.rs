@@ -22,7 +22,7 @@ use crate::{
         GluesyncPlatform, LateMaintenance, PipelineId, PipelineList, UpdateResult, UpdateStatus,
         UpdateStep,
     },
-    corehub::{Listing, Pipeline, Work},
+    corehub::{Listing, Pipeline, Work, in_maintenance},
     status::{self, READY, RECONCILING, STALLED},
 };
 
@@ -65,13 +65,6 @@ fn listing<'a>(obs: &'a Observed, epoch: &str, since: Option<&Time>) -> Option<&
         .then_some(obs.corehub.listing.as_ref())
         .flatten()
         .filter(|l| since.is_none_or(|s| l.at.0 >= s.0))
-}
-
-fn in_maintenance(list: &[Pipeline]) -> BTreeSet<&str> {
-    list.iter()
-        .filter(|p| p.is_in_maintenance_mode)
-        .map(|p| p.id.as_str())
-        .collect()
 }
 
 /// The work for Core Hub: these pipelines asked in, those asked out.
@@ -248,7 +241,7 @@ fn drain_timeout(
     let now = &obs.now;
     let timeout = gsp.spec.drain_timeout_seconds;
     // Asked in but not seen in maintenance mode: their request may still land.
-    let seen: BTreeSet<&str> = list.map(in_maintenance).unwrap_or_default();
+    let seen = list.map(in_maintenance).unwrap_or_default();
     let late: Vec<PipelineId> = d
         .status
         .paused_pipelines
