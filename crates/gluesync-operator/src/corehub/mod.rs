@@ -174,8 +174,9 @@ pub struct Pipeline {
     pub is_in_maintenance_mode: bool,
 }
 
-/// The ids a listing shows in maintenance mode.
-pub fn in_maintenance(list: &[Pipeline]) -> std::collections::HashSet<&str> {
+/// The ids a listing shows in maintenance mode. (A B-tree: for 100,000 ids it is smaller than a hash
+/// set and grows without a second table, which counts at the peak of a large update.)
+pub fn in_maintenance(list: &[Pipeline]) -> std::collections::BTreeSet<&str> {
     list.iter()
         .filter(|p| p.is_in_maintenance_mode)
         .map(|p| p.id.as_str())

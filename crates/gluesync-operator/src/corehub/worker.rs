@@ -4,7 +4,7 @@
 //! saw. Every call is made only while this GKO holds the Lease.
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -312,14 +312,14 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             let report = lock(&input.report);
             // The ids the latest list shows in maintenance mode, and when it was fetched: gathered once,
             // the first time a request is due again (never a scan of the list per id).
-            let mut listed: Option<(jiff::Timestamp, HashSet<&str>)> = None;
+            let mut listed: Option<(jiff::Timestamp, BTreeSet<&str>)> = None;
             let mut still_paused = |id: &str, asked: &Time| {
                 let (at, paused) = listed.get_or_insert_with(|| match &report.listing {
                     Some(Listing {
                         at,
                         result: Ok(list),
                     }) => (at.0, super::in_maintenance(list)),
-                    _ => (jiff::Timestamp::MIN, HashSet::new()),
+                    _ => (jiff::Timestamp::MIN, BTreeSet::new()),
                 });
                 *at > asked.0 && paused.contains(id)
             };
