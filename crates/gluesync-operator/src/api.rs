@@ -875,6 +875,9 @@ pub const DR_SECRET_SUFFIX: &str = "-disaster-recovery";
 
 /// The key of the pair's shared secret in the disaster-recovery Secret.
 pub const DR_SECRET_KEY: &str = "sharedSecret";
+/// The label on what a platform's disaster-recovery setup made or wrote: the Service, and the pair's
+/// Secret while it holds the setup's shared secret. Its value is the platform's name.
+pub const PLATFORM_LABEL: &str = "gluesync.molo17.com/platform";
 
 /// The pod-template annotation that says which disaster-recovery setup a workload carries.
 pub const DR_ANNOTATION: &str = "gluesync.molo17.com/disaster-recovery";
@@ -1050,7 +1053,7 @@ pub enum DisasterRecoveryPhase {
     RollingBack,
     /// Everything put back after a failure; stays until the spec's setup changes.
     Failed,
-    /// The pair is being taken down: the workloads go back to what they were, the Service and GKO's Secret go.
+    /// The pair is being taken down: the workloads go back to what they were, the Service goes and the shared secret GKO wrote is taken out of the pair's Secret.
     TearingDown,
 }
 

@@ -254,7 +254,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
         let pair_changed = decision
             .actions
             .iter()
-            .any(|a| matches!(a, Action::ApplyService(_) | Action::DeleteMade(..)));
+            .any(|a| matches!(a, Action::ApplyService(_) | Action::RemoveMade(..)));
         for action in decision.actions {
             match execute(view, &gsp, action).await {
                 Ok(Some(updated)) => gsp = updated,
@@ -424,12 +424,12 @@ async fn execute(
                 |e| warn!(error = %e, "writing the disaster-recovery Service failed; retrying"),
             )?;
         }
-        Action::DeleteMade(kind, name) => {
-            info!(?kind, %name, "deleting what the disaster-recovery setup made");
+        Action::RemoveMade(kind, name) => {
+            info!(?kind, %name, "removing what the disaster-recovery setup made");
             writer
-                .delete_made(ns, kind, &name)
+                .remove_made(ns, kind, &name)
                 .await
-                .map_err(|e| warn!(?kind, %name, error = %e, "deleting failed; retrying"))?;
+                .map_err(|e| warn!(?kind, %name, error = %e, "removing failed; retrying"))?;
         }
         Action::DeletePod(pod) => {
             info!(%pod, "deleting a pod of the failed revision");
@@ -492,16 +492,12 @@ async fn dr_objects(view: &View, gsp: &GluesyncPlatform) -> Result<DrObjects, ku
                     .as_ref()
                     .and_then(|d| d.get(crate::api::DR_SECRET_KEY))
                     .is_some_and(|v| !v.0.is_empty());
+                // Written by this platform's setup from the Core Hub UI (GKO 0.3 also owned it).
                 let made_by_gko = secret
                     .labels()
-                    .get(disaster::MANAGED_BY.0)
-                    .map(String::as_str)
-                    == Some(disaster::MANAGED_BY.1)
-                    && secret
-                        .owner_references()
-                        .iter()
-                        .any(|o| Some(&o.uid) == gsp.metadata.uid.as_ref());
-                // One GKO wrote is GKO's to remove, whatever it holds.
+                    .get(crate::api::PLATFORM_LABEL)
+                    .is_some_and(|p| Some(p) == gsp.metadata.name.as_ref());
+                // One GKO wrote is GKO's to empty, whatever it holds.
                 if has_key || made_by_gko {
                     SecretState::Present { made_by_gko }
                 } else {

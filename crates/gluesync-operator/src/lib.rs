@@ -11,6 +11,7 @@ pub mod controller;
 pub mod corehub;
 pub mod ids;
 pub mod lease;
+pub mod listener;
 pub mod metrics;
 pub mod operator;
 pub mod reference;

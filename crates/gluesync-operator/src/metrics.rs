@@ -33,6 +33,19 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// Labels of the HTTP connection metrics: which listener.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: String,
+}
+
+/// Labels of `http_connections_closed`: which listener, and why GKO closed the connection.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabel {
+    pub listener: String,
+    pub reason: String,
+}
+
 /// GKO's metrics. The counters are cheap handles, shared by every part that counts.
 pub struct Metrics {
     registry: Registry,
@@ -48,6 +61,10 @@ pub struct Metrics {
     pub step_seconds: Family<StepLabel, Histogram>,
     /// Objects in the watch caches, by kind: what GKO holds of its namespace.
     pub cached: Family<KindLabel, Gauge>,
+    /// Connections open on each HTTP listener.
+    pub connections: Family<ListenerLabel, Gauge>,
+    /// Connections GKO closed, by listener and reason (idle, evicted, refused).
+    pub connections_closed: Family<ClosedLabel, Counter>,
     /// True once the watches have listed the namespace.
     pub ready: AtomicBool,
     /// The Conductor API could not serve (its port taken, its certificate unreadable).
@@ -95,9 +112,24 @@ impl Default for Metrics {
             "Objects in GKO's watch caches, by kind",
             cached.clone(),
         );
+        let connections = Family::<ListenerLabel, Gauge>::default();
+        registry.register(
+            "http_connections",
+            "Connections open on GKO's HTTP listeners (conductor, metrics)",
+            connections.clone(),
+        );
+        let connections_closed = Family::<ClosedLabel, Counter>::default();
+        registry.register(
+            "http_connections_closed",
+            "Connections GKO closed: idle (no complete request within the header timeout), evicted \
+             (the oldest idle one, for a new connection at the bound), refused (at the bound, none idle)",
+            connections_closed.clone(),
+        );
         Metrics {
             registry,
             cached,
+            connections,
+            connections_closed,
             reconciles,
             reconcile_errors,
             status_writes,
@@ -113,6 +145,29 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The counters of one HTTP listener.
+    pub fn listener(&self, listener: &str) -> crate::listener::Counters {
+        let closed = |reason: &str| {
+            self.connections_closed
+                .get_or_create(&ClosedLabel {
+                    listener: listener.into(),
+                    reason: reason.into(),
+                })
+                .clone()
+        };
+        crate::listener::Counters {
+            open: self
+                .connections
+                .get_or_create(&ListenerLabel {
+                    listener: listener.into(),
+                })
+                .clone(),
+            idle: closed("idle"),
+            evicted: closed("evicted"),
+            refused: closed("refused"),
+        }
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -153,10 +208,19 @@ pub async fn serve(
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(metrics);
+        .with_state(metrics.clone());
+    let limits = crate::listener::Limits {
+        connections: METRICS_CONNECTIONS,
+        request_header: METRICS_HEADER_TIMEOUT,
+        streams: 4,
+        counters: metrics.listener("metrics"),
+    };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::listener::serve(listener, None, app, limits, shutdown).await
 }
+
+/// Connections open at once on the metrics port (a scraper and the kubelet's probes need a few).
+const METRICS_CONNECTIONS: usize = 64;
+/// Time a connection to the metrics port has to send a complete request.
+const METRICS_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -65,13 +65,18 @@ impl Settings {
 /// How long a stop waits for the controller to finish the reconciles in hand.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// The identity of this process in the Lease: the pod name, else `gluesync-operator` and the host name.
+/// The identity of this process in the Lease: the pod name, else `gluesync-operator-`, the host name
+/// and a random suffix (as client-go's leader election does), so that two processes on one host never
+/// share an identity and both believe they lead.
 fn identity(settings: &Settings) -> String {
     settings.instance.clone().unwrap_or_else(|| {
+        use std::hash::{BuildHasher, Hasher};
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
-        format!("gluesync-operator-{host}")
+        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+        random.write_u32(std::process::id());
+        format!("gluesync-operator-{host}_{:016x}", random.finish())
     })
 }
 

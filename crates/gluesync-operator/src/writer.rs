@@ -46,7 +46,7 @@ pub struct UpdateRequest<'a> {
     pub ids: &'a [String],
 }
 
-/// Objects GKO makes for a disaster-recovery pair.
+/// What a disaster-recovery setup makes: the Service, and the shared secret in the pair's Secret.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Made {
     Service,
@@ -264,10 +264,38 @@ impl Writer {
         self.apply(service).await
     }
 
-    /// Writes the Secret of a disaster-recovery pair (server-side apply, GKO's field manager, forced).
-    /// The material is never logged.
-    pub async fn apply_secret(&self, secret: &Secret) -> Result<(), kube::Error> {
-        self.apply(secret).await
+    /// Writes the pair's shared secret into the disaster-recovery Secret, which the chart (or
+    /// deploy/rbac.yaml) creates empty: GKO's Role has no `create` on Secrets, so that whoever holds its
+    /// token cannot make the cluster fill a ServiceAccount token into a Secret GKO may read. A merge
+    /// patch of an existing Secret; the label marks it as written by this platform's setup. The
+    /// material is never logged.
+    pub async fn write_pair_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        platform: &str,
+        shared_secret: &str,
+    ) -> Result<(), kube::Error> {
+        self.gate()?;
+        let patch = json!({
+            "metadata": {"labels": {crate::api::PLATFORM_LABEL: platform}},
+            "data": {crate::api::DR_SECRET_KEY: k8s_openapi::ByteString(shared_secret.as_bytes().to_vec())},
+        });
+        self.patch_secret(namespace, name, &patch).await
+    }
+
+    /// One merge patch of a Secret GKO may patch by name.
+    async fn patch_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        self.metrics.workload_writes.inc();
+        Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
     }
 
     /// Server-side apply of a whole namespaced object GKO owns, under its field manager, forced.
@@ -297,8 +325,9 @@ impl Writer {
             .map(|_| ())
     }
 
-    /// Deletes a Service or a Secret GKO made; one already gone is fine.
-    pub async fn delete_made(
+    /// Removes what a disaster-recovery setup made: deletes the Service, empties the pair's Secret; one
+    /// already gone is fine.
+    pub async fn remove_made(
         &self,
         namespace: &str,
         kind: Made,
@@ -306,7 +335,18 @@ impl Writer {
     ) -> Result<(), kube::Error> {
         match kind {
             Made::Service => self.delete::<Service>(namespace, name).await,
-            Made::Secret => self.delete::<Secret>(namespace, name).await,
+            // The Secret is the chart's: emptied, never deleted (GKO could not create it again).
+            Made::Secret => {
+                self.gate()?;
+                let patch = json!({
+                    "metadata": {"labels": {crate::api::PLATFORM_LABEL: null}},
+                    "data": {crate::api::DR_SECRET_KEY: null},
+                });
+                match self.patch_secret(namespace, name, &patch).await {
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                    other => other,
+                }
+            }
         }
     }
 

@@ -131,6 +131,25 @@ async fn secret(ns: &TestNamespace) -> anyhow::Result<Option<Secret>> {
         .await?)
 }
 
+/// The pair's Secret, which the install creates empty (GKO may not create Secrets), holds no shared
+/// secret and no mark of a setup.
+async fn assert_secret_empty(ns: &TestNamespace) -> anyhow::Result<()> {
+    let s = secret(ns).await?.expect("the install's Secret stays");
+    assert_eq!(s.type_.as_deref(), Some("Opaque"));
+    assert!(
+        s.data.unwrap_or_default().is_empty(),
+        "the Secret holds nothing"
+    );
+    assert!(
+        !s.metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("gluesync.molo17.com/platform"),
+        "no setup's mark"
+    );
+    Ok(())
+}
+
 /// The Service's spec without the addresses the cluster gives it.
 async fn service_shape(
     ns: &TestNamespace,
@@ -290,9 +309,13 @@ async fn assert_site_built(
         "the Secret holds the shared secret"
     );
     assert_eq!(
-        s.metadata.owner_references.unwrap()[0].uid,
-        g.metadata.uid.clone().unwrap(),
-        "owned by the GluesyncPlatform"
+        s.metadata.labels.unwrap_or_default()["gluesync.molo17.com/platform"],
+        "gluesync",
+        "marked as the setup's"
+    );
+    assert!(
+        s.metadata.owner_references.is_none(),
+        "the install's Secret, not the platform's: it outlives a deletion of the platform"
     );
     for w in [CORE_HUB, CHRONOS] {
         assert_carries(&template(ns, w)?, role, peer)?;
@@ -434,7 +457,7 @@ async fn a_pair_is_set_up_from_the_ui_and_taken_down_as_it_was() -> anyhow::Resu
     assert_secret_nowhere(&a).await?;
     assert_secret_nowhere(&b).await?;
 
-    // Teardown: the workloads as they were, byte for byte; the Service and the Secret gone.
+    // Teardown: the workloads as they were, byte for byte; the Service gone and the Secret emptied.
     for (ui, token) in [(&ui_a, &admin_a), (&ui_b, &admin_b)] {
         ui.accepted(reqwest::Method::DELETE, token, None).await?;
     }
@@ -445,7 +468,7 @@ async fn a_pair_is_set_up_from_the_ui_and_taken_down_as_it_was() -> anyhow::Resu
             *before,
             "the pod templates are as before the setup"
         );
-        assert!(secret(ns).await?.is_none(), "GKO's Secret is removed");
+        assert_secret_empty(ns).await?;
         assert!(service(ns).await?.is_none(), "the Service is removed");
         wait_events(
             ns,
@@ -514,7 +537,7 @@ async fn a_setup_that_crashes_core_hub_is_rolled_back_with_nothing_left() -> any
         before,
         "both pod templates are as before"
     );
-    assert!(secret(&ns).await?.is_none(), "GKO's Secret is removed");
+    assert_secret_empty(&ns).await?;
     assert!(service(&ns).await?.is_none(), "no Service");
     wait_settled(&ns).await?;
     // Failed stays until the setup asked for changes; taking it away clears it.
@@ -633,7 +656,7 @@ async fn only_a_super_admin_may_and_bad_input_changes_nothing() -> anyhow::Resul
     let g = platforms(&ns).get("gluesync").await?;
     assert!(g.spec.disaster_recovery.is_none());
     assert!(dr(&g).is_none());
-    assert!(secret(&ns).await?.is_none());
+    assert_secret_empty(&ns).await?;
     assert!(service(&ns).await?.is_none());
     assert_eq!([template(&ns, CORE_HUB)?, template(&ns, CHRONOS)?], before);
 
@@ -648,7 +671,7 @@ async fn only_a_super_admin_may_and_bad_input_changes_nothing() -> anyhow::Resul
         .await?;
     assert_eq!(code, 409, "{text}");
     assert!(text.contains("managed in Git"), "{text}");
-    assert!(secret(&ns).await?.is_none());
+    assert_secret_empty(&ns).await?;
     assert!(
         !gko.said(SHARED),
         "GKO's log never carries the shared secret"

@@ -504,11 +504,11 @@ async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Res
         "leases.coordination.k8s.io [] [] [get create update]",
         "pods [] [] [get list watch delete]",
         "secrets [] [corehub-credentials] [get]",
-        // Disaster recovery (disasterRecovery.enabled, the default): the pair's Secret and Service by
-        // name, and create, which cannot be limited to a name.
-        "secrets [] [gluesync-disaster-recovery] [get patch delete]",
+        // Disaster recovery (disasterRecovery.enabled, the default): the pair's Secret by name, never
+        // created nor deleted (the chart creates it); the Service by name, and create, which cannot be
+        // limited to a name.
+        "secrets [] [gluesync-disaster-recovery] [get patch]",
         "services [] [gluesync-disaster-recovery] [get patch delete]",
-        "secrets [] [] [create]",
         "services [] [] [create]",
         "statefulsets.apps [] [] [get list watch patch]",
     ];
@@ -541,7 +541,9 @@ async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Res
     assert!(!can, "no Secret but those it uses");
     for (verb, what, allowed) in [
         ("get", "secret/gluesync-disaster-recovery", true),
-        ("delete", "secret/gluesync-disaster-recovery", true),
+        ("patch", "secret/gluesync-disaster-recovery", true),
+        ("delete", "secret/gluesync-disaster-recovery", false),
+        ("create", "secrets", false),
         ("delete", "service/gluesync-disaster-recovery", true),
         ("get", "secret/db-password", false),
         ("delete", "secret/corehub-credentials", false),
@@ -966,25 +968,41 @@ async fn the_operator_chart_grants_the_disaster_recovery_secret_and_service_by_n
     let dr = names(&["gluesync-disaster-recovery"]);
     let by_name = names(&["get", "patch", "delete"]);
 
-    // disasterRecovery.enabled, the default: the pair's Secret and Service by name, and create.
+    // disasterRecovery.enabled, the default: the pair's Secret by name to get and patch, never to create
+    // or delete (the chart creates it, empty and Opaque); the Service by name, and create.
     let on = template(&operator, &["platform.version=2.3.2.1"])?;
-    for resource in ["secrets", "services"] {
-        let rules = rules_on(&on, resource);
+    let secrets = rules_on(&on, "secrets");
+    assert!(
+        secrets.contains(&(dr.clone(), names(&["get", "patch"]))),
+        "{secrets:?}"
+    );
+    assert!(
+        secrets
+            .iter()
+            .all(|(n, v)| !n.is_empty() && !v.iter().any(|v| v == "create" || v == "delete")),
+        "no create and no delete on any Secret: {secrets:?}"
+    );
+    let made = object(&on, "Secret", "gluesync-disaster-recovery").context("the pair's Secret")?;
+    assert_eq!(made["type"], "Opaque");
+    assert!(made.get("data").is_none() && made.get("stringData").is_none());
+    assert_eq!(
+        made["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let services = rules_on(&on, "services");
+    assert!(
+        services.contains(&(dr.clone(), by_name.clone())),
+        "{services:?}"
+    );
+    assert!(
+        services.contains(&(vec![], names(&["create"]))),
+        "{services:?}"
+    );
+    for (resource_names, verbs) in &services {
         assert!(
-            rules.contains(&(dr.clone(), by_name.clone())),
-            "{resource}: {rules:?}"
+            !resource_names.is_empty() || verbs == &names(&["create"]),
+            "services: {services:?}"
         );
-        assert!(
-            rules.contains(&(vec![], names(&["create"]))),
-            "{resource}: {rules:?}"
-        );
-        // Nothing else on them without a name but create.
-        for (resource_names, verbs) in &rules {
-            assert!(
-                !resource_names.is_empty() || verbs == &names(&["create"]),
-                "{resource}: {rules:?}"
-            );
-        }
     }
     assert_eq!(
         rules_on(&on, "secrets")
@@ -1012,7 +1030,7 @@ async fn the_operator_chart_grants_the_disaster_recovery_secret_and_service_by_n
         names(&["corehub-credentials", "gluesync-dr-pair"]),
         names(&["get"])
     )));
-    assert!(rules_on(&own, "secrets").contains(&(dr.clone(), by_name.clone())));
+    assert!(rules_on(&own, "secrets").contains(&(dr.clone(), names(&["get", "patch"]))));
     assert_eq!(
         allowed_secrets(&own)?,
         names(&[
@@ -1044,6 +1062,7 @@ async fn the_operator_chart_grants_the_disaster_recovery_secret_and_service_by_n
         &["platform.version=2.3.2.1", "disasterRecovery.enabled=false"],
     )?;
     assert_eq!(rules_on(&off, "services"), vec![]);
+    assert!(object(&off, "Secret", "gluesync-disaster-recovery").is_none());
     assert_eq!(
         rules_on(&off, "secrets"),
         vec![(names(&["corehub-credentials"]), names(&["get"]))]

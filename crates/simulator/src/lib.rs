@@ -154,7 +154,24 @@ impl Sim {
     pub fn token_for(&self, username: &str) -> String {
         let mut inner = self.lock();
         inner.next_token += 1;
-        let token = format!("sim-token-{}-{}", inner.next_token, username);
+        // Shaped as Core Hub's: a JWT (claims jti, iss, sub, timestamp, plan), signed with a key of its own.
+        let token = {
+            use base64::Engine;
+            let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+            let header = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
+            let claims = serde_json::json!({
+                "jti": format!("sim-{}", inner.next_token),
+                "iss": "MOLO17",
+                "sub": username,
+                "timestamp": inner.next_token,
+                "plan": "enterprise",
+            });
+            let signature = b64(format!("sim-signature-{}", inner.next_token).as_bytes());
+            format!(
+                "{header}.{}.{signature}",
+                b64(claims.to_string().as_bytes())
+            )
+        };
         inner.tokens.insert(token.clone(), username.into());
         token
     }

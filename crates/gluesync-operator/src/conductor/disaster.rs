@@ -3,24 +3,23 @@
 //! - `GET` answers the setup wanted (`spec.disasterRecovery`) and the setup reached
 //!   (`status.disasterRecovery`). Never the shared secret.
 //! - `PUT` sets this install up as the primary or the secondary of a pair: it writes the pair's shared
-//!   secret into the Secret `<platform>-disaster-recovery` (owned by the GluesyncPlatform), then the
+//!   secret into the Secret `<platform>-disaster-recovery` (which the chart creates empty: GKO creates no
+//!   Secret), then the
 //!   setup into `spec.disasterRecovery` with a fresh `revision`; the controller does the rest, as it runs
 //!   an update. Answers 202 with the state; the UI reads `GET` until the phase is `Active` or `Failed`.
 //! - `DELETE` takes the pair down: `spec.disasterRecovery` goes, and the controller puts the workloads
-//!   back and removes the Service and GKO's Secret.
+//!   back and removes the Service and takes the shared secret out of the pair's Secret.
 //!
 //! The shared secret is never logged, echoed back, or written anywhere but the Secret.
-
-use std::collections::BTreeMap;
 
 use axum::{
     extract::{Request, State},
     http::StatusCode,
     response::Response,
 };
-use k8s_openapi::{ByteString, api::core::v1::Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Api as KubeApi, Resource, ResourceExt,
+    Api as KubeApi, ResourceExt,
     api::{Patch, PatchParams},
 };
 use serde::Deserialize;
@@ -266,16 +265,44 @@ pub(super) async fn put_setup(State(api): State<Api>, req: Request) -> Response 
                 ),
             ));
         }
+        // The Secret is the chart's (GKO's Role may not create Secrets, see docs/install.md); it must be
+        // an Opaque Secret, never one the cluster fills with a token.
+        let found = KubeApi::<Secret>::namespaced(api.view.writer.client().clone(), &api.view.namespace)
+            .get_opt(&name)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, secret = %name, "reading the disaster-recovery Secret failed");
+                failure(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Could not read the disaster-recovery Secret",
+                    "nothing was changed; try again",
+                )
+            })?
+            .ok_or_else(|| {
+                failure(
+                    StatusCode::CONFLICT,
+                    "The disaster-recovery Secret does not exist",
+                    format!(
+                        "GKO writes the pair's secret into Secret {name} but never creates a Secret: the chart \
+                         creates it with disasterRecovery.enabled (deploy/rbac.yaml without the chart); \
+                         nothing was changed"
+                    ),
+                )
+            })?;
+        if found.type_.as_deref().unwrap_or("Opaque") != "Opaque" {
+            return Err(failure(
+                StatusCode::CONFLICT,
+                "The disaster-recovery Secret is not an Opaque Secret",
+                format!("Secret {name} must be of type Opaque; nothing was changed"),
+            ));
+        }
         // The same shared secret keeps the revision: a setup that changes only the Service does not
         // roll the workloads.
         let mut spec = spec;
-        let kept = KubeApi::<Secret>::namespaced(api.view.writer.client().clone(), &api.view.namespace)
-            .get_opt(&name)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|s| s.data)
-            .and_then(|d| d.get(DR_SECRET_KEY).cloned())
+        let kept = found
+            .data
+            .as_ref()
+            .and_then(|d| d.get(DR_SECRET_KEY))
             .is_some_and(|v| v.0 == shared_secret.as_bytes());
         if kept
             && let Some(current) = &gsp.spec.disaster_recovery
@@ -283,15 +310,18 @@ pub(super) async fn put_setup(State(api): State<Api>, req: Request) -> Response 
         {
             spec.revision = current.revision.clone();
         }
-        let secret = pair_secret(&gsp, &name, &shared_secret);
-        api.view.writer.apply_secret(&secret).await.map_err(|e| {
-            tracing::warn!(error = %e, "writing the disaster-recovery Secret failed");
-            failure(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Could not write the disaster-recovery Secret",
-                "nothing else was changed; try again",
-            )
-        })?;
+        api.view
+            .writer
+            .write_pair_secret(&api.view.namespace, &name, &gsp.name_any(), &shared_secret)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "writing the disaster-recovery Secret failed");
+                failure(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Could not write the disaster-recovery Secret",
+                    "nothing else was changed; try again",
+                )
+            })?;
         let written = write_spec(&api, &gsp, Some(&spec)).await?;
         tracing::info!(
             username = %caller.username,
@@ -339,31 +369,6 @@ fn accepted(gsp: &GluesyncPlatform) -> Response {
     let mut resp = success(state(gsp));
     *resp.status_mut() = StatusCode::ACCEPTED;
     resp
-}
-
-/// The Secret that holds the pair's shared secret, owned by the platform.
-fn pair_secret(gsp: &GluesyncPlatform, name: &str, shared_secret: &str) -> Secret {
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: gsp.metadata.namespace.clone(),
-            labels: Some(BTreeMap::from([
-                (
-                    disaster::MANAGED_BY.0.to_string(),
-                    disaster::MANAGED_BY.1.to_string(),
-                ),
-                (disaster::PLATFORM_LABEL.to_string(), gsp.name_any()),
-            ])),
-            owner_references: gsp.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            DR_SECRET_KEY.to_string(),
-            ByteString(shared_secret.as_bytes().to_vec()),
-        )])),
-        type_: Some("Opaque".into()),
-        ..Default::default()
-    }
 }
 
 /// Writes `spec.disasterRecovery` (or removes it), from the platform as read.

@@ -1,14 +1,22 @@
 //! Who a caller is, as Core Hub says, remembered briefly. Strangers are cheap to refuse: the cache is
-//! keyed by a keyed hash of exactly what is forwarded to Core Hub (the `Authorization` header and the
-//! `gs-auth` cookie, nothing else), so no raw token is kept; refusals are remembered too (5 s); at most a
-//! few identity checks run at once, and at most [`CHECKS_PER_SECOND`] start each second: beyond that a
-//! caller GKO does not know yet gets 429 with `Retry-After: 1`, and Core Hub is not asked.
+//! keyed by a keyed hash of exactly what is forwarded to Core Hub (the `Bearer` token, or else the
+//! `gs-auth` cookie), so no raw token is kept; refusals are remembered too (5 s).
 //!
-//! Each client (one network address) may start at most [`CLIENT_CHECKS_PER_SECOND`] of those checks a
-//! second, in bursts of [`CLIENT_CHECK_BURST`]: a client that floods GKO with made-up credentials gets 429
-//! with `Retry-After` for its own requests and cannot use up the checks other clients need. A caller GKO
-//! knows costs nothing but a cache look-up and is not rationed (the API serves over 20,000 such requests a
-//! second); [`super::MAX_CONNECTIONS`] bounds what anyone holds at once.
+//! A caller GKO does not know right now is checked with Core Hub within budgets, so that a flood of
+//! made-up credentials costs Core Hub at most [`CHECKS_PER_SECOND`] checks a second and never locks out
+//! the callers it would otherwise serve:
+//! - **known**: credentials GKO verified before (their 30 s of trust ran out), or a token whose claimed
+//!   subject (the JWT's `sub`, read but not trusted) Core Hub confirmed within the last day:
+//!   [`KNOWN_CHECKS_PER_SECOND`], each subject at most [`SUBJECT_CHECKS_PER_SECOND`];
+//! - **new**: a well-formed token of a subject GKO has not seen verified: [`NEW_CHECKS_PER_SECOND`], each
+//!   subject at most [`SUBJECT_CHECKS_PER_SECOND`];
+//! - **other**: anything else (what a flood of random tokens is): [`OTHER_CHECKS_PER_SECOND`], each
+//!   client address at most [`CLIENT_CHECKS_PER_SECOND`].
+//!
+//! Each budget has its own checks in flight. Beyond a budget the caller gets 429 with `Retry-After` and
+//! Core Hub is not asked. A caller GKO knows right now costs a cache look-up and is not rationed (over
+//! 20,000 such requests a second); [`super::MAX_REQUESTS`] bounds what anyone holds at once, and
+//! [`super::CALLER_REQUESTS`] what one caller holds.
 
 use std::{
     collections::HashMap,
@@ -23,16 +31,32 @@ use super::Caller;
 pub const TRUSTED_FOR: Duration = Duration::from_secs(30);
 /// How long a refusal is remembered.
 pub const REFUSED_FOR: Duration = Duration::from_secs(5);
-/// Identity checks that may start each second (a burst of as many).
-pub const CHECKS_PER_SECOND: f64 = 20.0;
-/// Identity checks in flight at once.
-pub const CONCURRENT_CHECKS: usize = 4;
-/// Identity checks one client address may start each second.
-pub const CLIENT_CHECKS_PER_SECOND: f64 = 5.0;
-/// Identity checks one client address may start at once after a pause (less than the global burst, so
-/// one client never takes every check of a second).
-pub const CLIENT_CHECK_BURST: f64 = 10.0;
-/// Callers remembered at most.
+/// How long a subject Core Hub confirmed counts as known.
+pub const SUBJECT_KNOWN_FOR: Duration = Duration::from_secs(24 * 3600);
+/// Identity checks a second for known callers.
+pub const KNOWN_CHECKS_PER_SECOND: f64 = 8.0;
+/// Identity checks a second for well-formed tokens of subjects not seen verified.
+pub const NEW_CHECKS_PER_SECOND: f64 = 8.0;
+/// Identity checks a second for everything else.
+pub const OTHER_CHECKS_PER_SECOND: f64 = 4.0;
+/// What Core Hub gets at most: the three budgets together.
+pub const CHECKS_PER_SECOND: f64 =
+    KNOWN_CHECKS_PER_SECOND + NEW_CHECKS_PER_SECOND + OTHER_CHECKS_PER_SECOND;
+// The guide's bound: a flood costs Core Hub at most 20 identity checks a second.
+const _: () = assert!(CHECKS_PER_SECOND <= 20.0);
+/// Identity checks in flight at once, for known callers and for each of the two others.
+const KNOWN_IN_FLIGHT: usize = 2;
+const STRANGERS_IN_FLIGHT: usize = 1;
+/// Identity checks one claimed subject may start each second (a burst of [`SUBJECT_CHECK_BURST`]).
+pub const SUBJECT_CHECKS_PER_SECOND: f64 = 2.0;
+const SUBJECT_CHECK_BURST: f64 = 4.0;
+/// Identity checks one client address may start each second for credentials of the other budget (behind
+/// an ingress every caller shares one address: callers with well-formed tokens are not held to it).
+pub const CLIENT_CHECKS_PER_SECOND: f64 = 2.0;
+/// Identity checks one client address may start at once after a pause (less than the other budget's
+/// burst, so one client never takes every check of a second).
+pub const CLIENT_CHECK_BURST: f64 = 3.0;
+/// Callers (and subjects, and client addresses) remembered at most.
 const CAPACITY: usize = 10_000;
 
 /// A token bucket: `rate` tokens a second, at most `burst` kept.
@@ -81,13 +105,41 @@ pub struct Presented {
     pub session: Option<String>,
 }
 
+/// An `Authorization` header GKO cannot use: refused, never dropped (a header dropped would leave the
+/// session cookie to authenticate a request the cross-site rule then no longer sees as the cookie's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unusable {
+    /// Not visible ASCII, or given more than once: 400.
+    Malformed,
+    /// Another scheme than `Bearer` (a browser adds `Basic` or `Negotiate` by itself for a proxy), or
+    /// an empty token: 401.
+    NotBearer,
+}
+
 impl Presented {
-    /// The `Authorization` header and the `gs-auth` cookie of a request; `None` when it has neither.
-    pub fn from_headers(headers: &axum::http::HeaderMap) -> Option<Presented> {
-        let authorization = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+    /// What authenticates a request: its `Bearer` token when it has an `Authorization` header (then the
+    /// cookie is not forwarded: the token alone speaks for the caller), else its `gs-auth` cookie;
+    /// `Ok(None)` when it has neither.
+    pub fn from_headers(headers: &axum::http::HeaderMap) -> Result<Option<Presented>, Unusable> {
+        let mut given = headers.get_all("authorization").iter();
+        if let Some(value) = given.next() {
+            if given.next().is_some() {
+                return Err(Unusable::Malformed);
+            }
+            let value = value.to_str().map_err(|_| Unusable::Malformed)?;
+            let (scheme, token) = value.trim().split_once(' ').ok_or(Unusable::NotBearer)?;
+            let token = token.trim();
+            if !scheme.eq_ignore_ascii_case("bearer")
+                || token.is_empty()
+                || token.contains(char::is_whitespace)
+            {
+                return Err(Unusable::NotBearer);
+            }
+            return Ok(Some(Presented {
+                authorization: Some(format!("Bearer {token}")),
+                session: None,
+            }));
+        }
         let session = headers
             .get_all("cookie")
             .iter()
@@ -95,11 +147,17 @@ impl Presented {
             .flat_map(|c| c.split(';'))
             .filter_map(|kv| kv.trim().split_once('='))
             .find(|(k, _)| *k == "gs-auth")
-            .map(|(_, v)| v.to_string());
-        (authorization.is_some() || session.is_some()).then_some(Presented {
-            authorization,
-            session,
-        })
+            .map(|(_, v)| v.to_string())
+            .filter(|v| !v.is_empty());
+        Ok(session.map(|session| Presented {
+            authorization: None,
+            session: Some(session),
+        }))
+    }
+
+    /// The session cookie, not a token, speaks for the caller: the cross-site rule applies.
+    pub fn by_cookie(&self) -> bool {
+        self.authorization.is_none()
     }
 
     /// The `Cookie` header forwarded to Core Hub: the session cookie alone.
@@ -115,14 +173,72 @@ pub enum Known {
     Refused,
 }
 
+/// Which budget a check comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    Known,
+    New,
+    Other,
+}
+
+/// One budget: its rate, its checks in flight.
+struct Pool {
+    rate: Mutex<Bucket>,
+    in_flight: tokio::sync::Semaphore,
+}
+
+impl Pool {
+    fn new(rate: f64, in_flight: usize) -> Pool {
+        Pool {
+            rate: Mutex::new(Bucket::full(rate, rate)),
+            in_flight: tokio::sync::Semaphore::new(in_flight),
+        }
+    }
+}
+
+/// Rations kept per key (a client address, a claimed subject), forgotten when full again.
+struct Rations<K> {
+    rate: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<K, Bucket>>,
+}
+
+impl<K: std::hash::Hash + Eq> Rations<K> {
+    fn new(rate: f64, burst: f64) -> Rations<K> {
+        Rations {
+            rate,
+            burst,
+            buckets: Mutex::default(),
+        }
+    }
+
+    fn take(&self, key: K, now: Instant) -> Result<(), Duration> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if buckets.len() >= CAPACITY && !buckets.contains_key(&key) {
+            buckets.retain(|_, b| !b.refilled(now));
+            if buckets.len() >= CAPACITY {
+                buckets.clear();
+            }
+        }
+        buckets
+            .entry(key)
+            .or_insert_with(|| Bucket::full(self.rate, self.burst))
+            .take(now)
+    }
+}
+
 pub struct Identities {
     keys: RandomState,
     known: Mutex<HashMap<u64, (Known, Instant)>>,
-    /// Tokens left for new identity checks, refilled at [`CHECKS_PER_SECOND`].
-    checks: Mutex<Bucket>,
-    /// Each client address's identity checks.
-    clients: Mutex<HashMap<std::net::IpAddr, Bucket>>,
-    pub in_flight: tokio::sync::Semaphore,
+    /// Keyed hashes of the subjects Core Hub confirmed, and when.
+    subjects: Mutex<HashMap<u64, Instant>>,
+    known_pool: Pool,
+    new_pool: Pool,
+    other_pool: Pool,
+    /// Each claimed subject's checks.
+    per_subject: Rations<u64>,
+    /// Each client address's checks as a stranger.
+    per_client: Rations<std::net::IpAddr>,
 }
 
 impl Default for Identities {
@@ -130,9 +246,12 @@ impl Default for Identities {
         Identities {
             keys: RandomState::new(),
             known: Mutex::default(),
-            checks: Mutex::new(Bucket::full(CHECKS_PER_SECOND, CHECKS_PER_SECOND)),
-            clients: Mutex::default(),
-            in_flight: tokio::sync::Semaphore::new(CONCURRENT_CHECKS),
+            subjects: Mutex::default(),
+            known_pool: Pool::new(KNOWN_CHECKS_PER_SECOND, KNOWN_IN_FLIGHT),
+            new_pool: Pool::new(NEW_CHECKS_PER_SECOND, STRANGERS_IN_FLIGHT),
+            other_pool: Pool::new(OTHER_CHECKS_PER_SECOND, STRANGERS_IN_FLIGHT),
+            per_subject: Rations::new(SUBJECT_CHECKS_PER_SECOND, SUBJECT_CHECK_BURST),
+            per_client: Rations::new(CLIENT_CHECKS_PER_SECOND, CLIENT_CHECK_BURST),
         }
     }
 }
@@ -144,6 +263,39 @@ impl Identities {
         h.write_u8(0);
         h.write(p.session.as_deref().unwrap_or("").as_bytes());
         h.finish()
+    }
+
+    /// The keyed hash of the subject a token claims (the `sub` of a JWT's payload), when it is one.
+    /// Read, never trusted: it only picks the budget of the check that verifies it.
+    fn subject(&self, p: &Presented) -> Option<u64> {
+        use base64::Engine;
+        let token = p
+            .authorization
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "))
+            .or(p.session.as_deref())?;
+        let mut parts = token.split('.');
+        let (Some(_), Some(payload), Some(_), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        if payload.len() > 4096 {
+            return None;
+        }
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload.trim_end_matches('='))
+            .ok()?;
+        let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        let sub = match claims.get("sub")? {
+            serde_json::Value::String(s) if !s.is_empty() => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return None,
+        };
+        let mut h = self.keys.build_hasher();
+        h.write_u8(1);
+        h.write(sub.as_bytes());
+        Some(h.finish())
     }
 
     /// What is remembered of this caller, while it is fresh.
@@ -160,8 +312,10 @@ impl Identities {
     pub fn remember(&self, key: u64, k: Known) {
         let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
         if known.len() >= CAPACITY {
+            // Callers verified before are kept beyond their trust (they pick the known budget) while
+            // there is room; refusals go first.
             known.retain(|_, (k, at)| match k {
-                Known::Caller(_) => at.elapsed() < TRUSTED_FOR,
+                Known::Caller(_) => at.elapsed() < SUBJECT_KNOWN_FOR,
                 Known::Refused => at.elapsed() < REFUSED_FOR,
             });
             if known.len() >= CAPACITY {
@@ -171,25 +325,80 @@ impl Identities {
         known.insert(key, (k, Instant::now()));
     }
 
-    /// May a new identity check start now, for a caller at `client` (when known)? Otherwise how long the
-    /// caller should wait. The client's own ration is taken first, then the global one.
-    pub fn take_check(&self, client: Option<std::net::IpAddr>) -> Result<(), Duration> {
-        let now = Instant::now();
-        if let Some(addr) = client {
-            let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-            if clients.len() >= CAPACITY && !clients.contains_key(&addr) {
-                clients.retain(|_, b| !b.refilled(now));
-                if clients.len() >= CAPACITY {
-                    clients.clear();
+    /// Core Hub confirmed this caller: remembered, and its subject known from now on.
+    pub fn verified(&self, p: &Presented, key: u64, caller: Known) {
+        if let Some(subject) = self.subject(p) {
+            let mut subjects = self.subjects.lock().unwrap_or_else(|e| e.into_inner());
+            if subjects.len() >= CAPACITY && !subjects.contains_key(&subject) {
+                subjects.retain(|_, at| at.elapsed() < SUBJECT_KNOWN_FOR);
+                if subjects.len() >= CAPACITY {
+                    subjects.clear();
                 }
             }
-            clients
-                .entry(addr)
-                .or_insert_with(|| Bucket::full(CLIENT_CHECKS_PER_SECOND, CLIENT_CHECK_BURST))
-                .take(now)?;
+            subjects.insert(subject, Instant::now());
         }
-        let mut checks = self.checks.lock().unwrap_or_else(|e| e.into_inner());
-        checks.take(now)
+        self.remember(key, caller);
+    }
+
+    /// The budget a check of these credentials comes from, and the subject they claim.
+    pub fn budget(&self, p: &Presented, key: u64) -> (Budget, Option<u64>) {
+        let subject = self.subject(p);
+        let verified_before = matches!(
+            self.known
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&key),
+            Some((Known::Caller(_), _))
+        );
+        let subject_known = subject.is_some_and(|s| {
+            self.subjects
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&s)
+                .is_some_and(|at| at.elapsed() < SUBJECT_KNOWN_FOR)
+        });
+        let budget = if verified_before || subject_known {
+            Budget::Known
+        } else if subject.is_some() {
+            Budget::New
+        } else {
+            Budget::Other
+        };
+        (budget, subject)
+    }
+
+    /// May a check of these credentials start now, for a caller at `client` (when known)? A slot of its
+    /// budget's checks in flight while it runs; otherwise how long the caller should wait.
+    pub fn take_check(
+        &self,
+        p: &Presented,
+        key: u64,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, Duration> {
+        let now = Instant::now();
+        let (budget, subject) = self.budget(p, key);
+        let pool = match budget {
+            Budget::Known => &self.known_pool,
+            Budget::New => &self.new_pool,
+            Budget::Other => &self.other_pool,
+        };
+        let slot = pool
+            .in_flight
+            .try_acquire()
+            .map_err(|_| Duration::from_secs(1))?;
+        if let Some(subject) = subject {
+            self.per_subject.take(subject, now)?;
+        }
+        if budget == Budget::Other
+            && let Some(addr) = client
+        {
+            self.per_client.take(addr, now)?;
+        }
+        pool.rate
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(now)?;
+        Ok(slot)
     }
 }
 
@@ -197,60 +406,195 @@ impl Identities {
 mod tests {
     use super::*;
 
+    fn headers(pairs: &[(&str, &[u8])]) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                axum::http::HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    /// A token shaped as Core Hub's (a JWT) claiming `sub`; its signature is not GKO's to check.
+    fn jwt(sub: &str) -> Presented {
+        use base64::Engine;
+        let b64 = |v: serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        let token = format!(
+            "{}.{}.c2ln",
+            b64(serde_json::json!({"alg": "HS256"})),
+            b64(serde_json::json!({"sub": sub, "iss": "MOLO17", "jti": "1"}))
+        );
+        Presented {
+            authorization: Some(format!("Bearer {token}")),
+            session: None,
+        }
+    }
+
+    fn random(i: usize) -> Presented {
+        Presented {
+            authorization: Some(format!("Bearer made-up-{i}")),
+            session: None,
+        }
+    }
+
     #[test]
     fn only_the_authorization_header_and_the_session_cookie_count() {
-        let mut headers = axum::http::HeaderMap::new();
-        headers.insert(
-            "cookie",
-            "theme=dark; gs-auth=abc; other=1".parse().unwrap(),
-        );
-        let p = Presented::from_headers(&headers).unwrap();
+        let with_cookie = headers(&[("cookie", b"theme=dark; gs-auth=abc; other=1")]);
+        let p = Presented::from_headers(&with_cookie).unwrap().unwrap();
         assert_eq!(p.session.as_deref(), Some("abc"));
+        assert!(p.by_cookie());
         assert_eq!(
             p.cookie().as_deref(),
             Some("gs-auth=abc"),
             "nothing else is forwarded"
         );
         let ids = Identities::default();
-        let mut other = headers.clone();
-        other.insert("cookie", "theme=light; gs-auth=abc".parse().unwrap());
+        let other = headers(&[("cookie", b"theme=light; gs-auth=abc")]);
         assert_eq!(
             ids.key(&p),
-            ids.key(&Presented::from_headers(&other).unwrap())
+            ids.key(&Presented::from_headers(&other).unwrap().unwrap())
         );
-        assert!(Presented::from_headers(&axum::http::HeaderMap::new()).is_none());
+        assert!(
+            Presented::from_headers(&axum::http::HeaderMap::new())
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
-    fn checks_are_rationed() {
+    fn a_bearer_token_speaks_alone_and_any_other_authorization_is_refused() {
+        let both = headers(&[("authorization", b"Bearer tok"), ("cookie", b"gs-auth=abc")]);
+        let p = Presented::from_headers(&both).unwrap().unwrap();
+        assert_eq!(p.authorization.as_deref(), Some("Bearer tok"));
+        assert_eq!(
+            p.session, None,
+            "the cookie is not forwarded beside a token"
+        );
+        assert!(!p.by_cookie());
+        let lower = headers(&[("authorization", b"bearer  tok ")]);
+        assert_eq!(
+            Presented::from_headers(&lower)
+                .unwrap()
+                .unwrap()
+                .authorization
+                .as_deref(),
+            Some("Bearer tok")
+        );
+        // What a browser adds by itself for a proxy, an empty value, non-ASCII bytes, two headers:
+        // refused, never dropped (the cookie beside them would otherwise authenticate).
+        for (value, why) in [
+            (&b"Basic dXNlcjpwYXNz"[..], Unusable::NotBearer),
+            (
+                b"Negotiate YIIBhgYGKwYBBQUCoIIBejCCAXagMDAu",
+                Unusable::NotBearer,
+            ),
+            (b"", Unusable::NotBearer),
+            (b"Bearer", Unusable::NotBearer),
+            (b"Bearer a b", Unusable::NotBearer),
+            (b"Bearer \xe9t\xe9", Unusable::Malformed),
+        ] {
+            let h = headers(&[("authorization", value), ("cookie", b"gs-auth=abc")]);
+            assert_eq!(Presented::from_headers(&h).err(), Some(why), "{value:?}");
+        }
+        let twice = headers(&[
+            ("authorization", b"Bearer a"),
+            ("authorization", b"Bearer b"),
+        ]);
+        assert_eq!(
+            Presented::from_headers(&twice).err(),
+            Some(Unusable::Malformed)
+        );
+    }
+
+    #[test]
+    fn made_up_tokens_spend_their_own_budget() {
         let ids = Identities::default();
-        let granted = (0..100).filter(|_| ids.take_check(None).is_ok()).count();
-        assert!((20..=21).contains(&granted), "{granted}");
+        let granted = (0..100)
+            .filter(|i| {
+                let p = random(*i);
+                ids.take_check(&p, ids.key(&p), None).is_ok()
+            })
+            .count();
+        assert_eq!(
+            granted, OTHER_CHECKS_PER_SECOND as usize,
+            "a burst, then 429"
+        );
+        // A new well-formed token is still checked, and so is a caller verified before.
+        let manager = jwt("manager");
+        let (budget, _) = ids.budget(&manager, ids.key(&manager));
+        assert_eq!(budget, Budget::New);
+        assert!(ids.take_check(&manager, ids.key(&manager), None).is_ok());
+        ids.verified(
+            &manager,
+            ids.key(&manager),
+            Known::Caller(super::super::Caller {
+                username: "manager".into(),
+                role: "MANAGER".into(),
+            }),
+        );
+        // A later login of the same subject (another token) comes from the known budget.
+        let relogin = jwt("manager");
+        let mut relogin = relogin;
+        relogin.authorization = relogin.authorization.map(|a| format!("{a}x"));
+        assert_eq!(ids.budget(&relogin, ids.key(&relogin)).0, Budget::Known);
+        // Well-formed tokens of made-up subjects spend the new budget, not the known one.
+        let spent = (0..100)
+            .filter(|i| {
+                let p = jwt(&format!("stranger-{i}"));
+                ids.take_check(&p, ids.key(&p), None).is_ok()
+            })
+            .count();
+        assert!(spent < NEW_CHECKS_PER_SECOND as usize, "{spent}");
+        assert!(ids.take_check(&relogin, ids.key(&relogin), None).is_ok());
+        // Whatever comes, Core Hub gets at most the three budgets together in a burst.
+        let mut total = granted + 1 + spent + 1;
+        total += (0..100)
+            .filter(|i| {
+                let p = jwt(&format!("known-{i}"));
+                ids.verified(&p, 0, Known::Refused);
+                ids.take_check(&p, ids.key(&p), None).is_ok()
+            })
+            .count();
+        assert!(total as f64 <= CHECKS_PER_SECOND, "{total}");
     }
 
     #[test]
-    fn each_client_has_its_own_ration_within_the_global_one() {
+    fn each_client_has_its_own_ration_within_a_budget() {
         let ids = Identities::default();
         let (a, b) = ("10.0.0.1".parse().ok(), "10.0.0.2".parse().ok());
-        let served = (0..100).filter(|_| ids.take_check(a).is_ok()).count();
+        let served = (0..100)
+            .filter(|i| {
+                let p = random(*i);
+                ids.take_check(&p, ids.key(&p), a).is_ok()
+            })
+            .count();
         assert_eq!(served, CLIENT_CHECK_BURST as usize, "a burst, then 429");
-        let wait = ids.take_check(a).unwrap_err();
+        let p = random(1000);
+        let wait = ids.take_check(&p, ids.key(&p), a).unwrap_err();
         assert!(
             wait <= Duration::from_secs_f64(1.0 / CLIENT_CHECKS_PER_SECOND),
             "{wait:?}"
         );
         assert!(
-            ids.take_check(b).is_ok(),
+            ids.take_check(&p, ids.key(&p), b).is_ok(),
             "another client is served meanwhile"
         );
-        // Two clients' bursts reach the global ration.
-        let served = (0..100).filter(|_| ids.take_check(b).is_ok()).count();
-        assert!(
-            served < CLIENT_CHECK_BURST as usize,
-            "{served}: the global 20 bind"
+        // A known caller is never held to a client's ration.
+        let known = random(2000);
+        ids.remember(ids.key(&known), Known::Refused);
+        ids.remember(
+            ids.key(&known),
+            Known::Caller(super::super::Caller {
+                username: "admin".into(),
+                role: "SUPER_ADMIN".into(),
+            }),
         );
-        let c = "10.0.0.3".parse().ok();
-        assert!(ids.take_check(c).is_err(), "the global ration is spent");
+        assert_eq!(ids.budget(&known, ids.key(&known)).0, Budget::Known);
+        assert!(ids.take_check(&known, ids.key(&known), a).is_ok());
     }
 
     #[test]

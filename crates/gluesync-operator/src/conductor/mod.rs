@@ -44,7 +44,11 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a request other than an update request has to be answered.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests served at once.
-pub const MAX_CONNECTIONS: usize = 256;
+pub const MAX_REQUESTS: usize = 256;
+/// Connections open at once (at the bound a new one closes the oldest idle one, see [`crate::listener`]).
+pub const MAX_CONNECTIONS: usize = 512;
+/// Requests at once on one HTTP/2 connection.
+pub const HTTP2_STREAMS: u32 = 32;
 /// How often the certificate files are checked for a renewal.
 const CERT_CHECK: Duration = Duration::from_secs(2);
 /// How long an update request waits for the update to end before it answers with the outcome so far.
@@ -237,48 +241,43 @@ impl Api {
     }
 
     /// Asks Core Hub who the caller is, or answers from what it said recently (see [`identities`]).
+    /// Also says whether the session cookie (not a token) speaks for the caller. A caller that is not
+    /// authenticated gets one of [`refusal`]'s fixed answers: what went wrong goes to the log, never to
+    /// a stranger.
     async fn authenticate(
         &self,
         headers: &HeaderMap,
         client: Option<std::net::IpAddr>,
-    ) -> Result<Caller, Response> {
-        let not_authenticated =
-            |why: &str| failure(StatusCode::UNAUTHORIZED, "Not authenticated", why);
-        let Some(presented) = identities::Presented::from_headers(headers) else {
-            return Err(not_authenticated(
-                "no Authorization header or gs-auth cookie",
-            ));
+    ) -> Result<(Caller, bool), Response> {
+        let presented = match identities::Presented::from_headers(headers) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(refusal(Refusal::NotAuthenticated)),
+            Err(identities::Unusable::Malformed) => return Err(refusal(Refusal::Malformed)),
+            Err(identities::Unusable::NotBearer) => return Err(refusal(Refusal::NotBearer)),
         };
+        let by_cookie = presented.by_cookie();
         let ids = &self.identities;
         let key = ids.key(&presented);
         match ids.remembered(key) {
-            Some(identities::Known::Caller(c)) => return Ok(c),
-            Some(identities::Known::Refused) => {
-                return Err(not_authenticated("Core Hub refused the session"));
-            }
+            Some(identities::Known::Caller(c)) => return Ok((c, by_cookie)),
+            Some(identities::Known::Refused) => return Err(refusal(Refusal::NotAuthenticated)),
             None => {}
         }
-        // A caller GKO does not know yet: Core Hub is asked, within the client's ration and the global one.
-        let too_many = |wait: Duration| {
-            too_many_requests(
-                "Too many authentication attempts",
-                "GKO asks Core Hub about new callers at a limited rate",
-                wait,
-            )
+        // A caller GKO does not know yet: Core Hub is asked, within the budgets of `identities`.
+        let _slot = ids
+            .take_check(&presented, key, client)
+            .map_err(|wait| refusal(Refusal::TooMany(wait)))?;
+        let Some(gsp) = self.view.platform() else {
+            return Err(refusal(Refusal::Unavailable));
         };
-        let Ok(_slot) = ids.in_flight.try_acquire() else {
-            return Err(too_many(Duration::from_secs(1)));
+        let verification_failed = |why: &str| {
+            tracing::warn!(gsp = %kube::ResourceExt::name_any(gsp.as_ref()), why, "a caller could not be verified with Core Hub");
+            refusal(Refusal::VerificationFailed)
         };
-        ids.take_check(client).map_err(too_many)?;
-        let gsp = self.platform()?;
-        let verification_failed = |why: String| {
-            failure(
-                StatusCode::UNAUTHORIZED,
-                "Authentication verification failed",
-                why,
-            )
-        };
-        let corehub = self.corehub(&gsp).await.map_err(verification_failed)?;
+        let corehub = self
+            .corehub(&gsp)
+            .await
+            .map_err(|e| verification_failed(&e))?;
         let cookie = presented.cookie();
         let me = match corehub
             .me(presented.authorization.as_deref(), cookie.as_deref())
@@ -287,12 +286,12 @@ impl Api {
             Ok(Some(me)) => me,
             Ok(None) => {
                 ids.remember(key, identities::Known::Refused);
-                return Err(not_authenticated("Core Hub refused the session"));
+                return Err(refusal(Refusal::NotAuthenticated));
             }
-            Err(e) => return Err(verification_failed(e.to_string())),
+            Err(e) => return Err(verification_failed(&e.to_string())),
         };
         if !ROLES.contains(&me.role.as_str()) {
-            return Err(verification_failed(format!(
+            return Err(verification_failed(&format!(
                 "Core Hub answered an unknown role {:?}",
                 me.role
             )));
@@ -301,9 +300,71 @@ impl Api {
             username: me.username,
             role: me.role,
         };
-        ids.remember(key, identities::Known::Caller(caller.clone()));
-        Ok(caller)
+        ids.verified(&presented, key, identities::Known::Caller(caller.clone()));
+        Ok((caller, by_cookie))
     }
+}
+
+/// Why a caller is not served before GKO knows who it is.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
+    /// No credentials, or Core Hub refused them.
+    NotAuthenticated,
+    /// An `Authorization` header that is not one visible-ASCII value.
+    Malformed,
+    /// An `Authorization` header of another scheme than `Bearer`.
+    NotBearer,
+    /// GKO could not ask Core Hub (unreachable, an error, a spec GKO may not follow, an unknown role).
+    VerificationFailed,
+    /// Over the budget of identity checks.
+    TooMany(Duration),
+    /// GKO has no GluesyncPlatform to ask Core Hub through (starting, or none in the namespace).
+    Unavailable,
+}
+
+/// The fixed answer a caller that is not authenticated gets: the same body for each reason, whatever
+/// the install looks like (no URL, no Secret, nothing Core Hub said), so a stranger learns nothing.
+fn refusal(why: Refusal) -> Response {
+    match why {
+        Refusal::NotAuthenticated => failure(
+            StatusCode::UNAUTHORIZED,
+            "Not authenticated",
+            "sign in to Core Hub and try again",
+        ),
+        Refusal::Malformed => failure(
+            StatusCode::BAD_REQUEST,
+            "Bad Authorization header",
+            "send one Authorization header with a Bearer token, or none",
+        ),
+        Refusal::NotBearer => failure(
+            StatusCode::UNAUTHORIZED,
+            "Not authenticated",
+            "only a Bearer token is accepted in the Authorization header",
+        ),
+        Refusal::VerificationFailed => failure(
+            StatusCode::UNAUTHORIZED,
+            "Authentication verification failed",
+            "GKO could not verify the caller with Core Hub; try again later",
+        ),
+        Refusal::TooMany(wait) => too_many_requests(
+            "Too many authentication attempts",
+            "GKO asks Core Hub about new callers at a limited rate",
+            wait,
+        ),
+        Refusal::Unavailable => unavailable(),
+    }
+}
+
+/// 503 while GKO cannot serve: starting, or no GluesyncPlatform in the namespace.
+fn unavailable() -> Response {
+    let mut resp = failure(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "GKO is starting",
+        "the operator cannot answer yet; try again",
+    );
+    resp.headers_mut()
+        .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+    resp
 }
 
 /// 429 in the envelope, with `Retry-After` in whole seconds (at least one).
@@ -324,25 +385,18 @@ async fn unless_self_updating(State(api): State<Api>, req: Request, next: Next) 
     }
     if !path.ends_with("/health") && !api.view.ready() {
         // Until the caches have listed the namespace, GKO would answer from a partial view.
-        let mut resp = failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "GKO is starting",
-            "the operator has not read the namespace yet",
-        );
-        resp.headers_mut()
-            .insert("retry-after", axum::http::HeaderValue::from_static("1"));
-        return resp;
+        return unavailable();
     }
     match api.view.self_updating() {
         None => next.run(req).await,
-        Some(phase) => {
+        Some(_) => {
             let mut resp = (
                 StatusCode::SERVICE_UNAVAILABLE,
                 Json(json!({
                     "success": false,
                     "error": "Conductor update in progress",
                     "message": "Conductor is updating. Try again later",
-                    "details": format!("gluesync-operator is updating itself ({phase})"),
+                    "details": "gluesync-operator is updating itself",
                 })),
             )
                 .into_response();
@@ -405,7 +459,7 @@ async fn authenticated(State(api): State<Api>, mut req: Request, next: Next) -> 
         .extensions()
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    let caller = match api.authenticate(req.headers(), client).await {
+    let (caller, by_cookie) = match api.authenticate(req.headers(), client).await {
         Ok(c) => c,
         Err(resp) => return resp,
     };
@@ -414,7 +468,7 @@ async fn authenticated(State(api): State<Api>, mut req: Request, next: Next) -> 
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
     );
-    if write && headers.get("authorization").is_none() {
+    if write && by_cookie {
         let json = headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
@@ -424,9 +478,10 @@ async fn authenticated(State(api): State<Api>, mut req: Request, next: Next) -> 
                     .starts_with("application/json")
             });
         let host = headers.get("host").and_then(|v| v.to_str().ok());
-        let same_origin = match headers.get("origin").and_then(|v| v.to_str().ok()) {
+        let same_origin = match headers.get("origin").map(|v| v.to_str()) {
             None => true,
-            Some(origin) => {
+            Some(Err(_)) => false,
+            Some(Ok(origin)) => {
                 let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
                 host.is_some_and(|h| h.eq_ignore_ascii_case(origin_host.trim_end_matches('/')))
             }
@@ -973,7 +1028,6 @@ fn router_for(api: Api) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
 }
 
-/// Serves the API until `shutdown` resolves.
 /// Where the Conductor API's certificate and key are (PEM files, as a mounted Secret of type
 /// kubernetes.io/tls gives them: `tls.crt` and `tls.key`).
 #[derive(Clone, Debug)]
@@ -982,79 +1036,61 @@ pub struct TlsFiles {
     pub key: std::path::PathBuf,
 }
 
-/// Serves the API, over HTTPS when `tls` is given, until `shutdown` resolves. A client gets
-/// [`HEADER_READ_TIMEOUT`] to send its request's headers, and [`BODY_READ_TIMEOUT`] its body; a request
-/// other than an update gets [`REQUEST_TIMEOUT`] to be answered; at most [`MAX_CONNECTIONS`] are served at
-/// once (more wait in the listen queue).
+/// Serves the API, over HTTPS when `tls` is given, until `shutdown` resolves, through
+/// [`crate::listener`]: a connection gets [`HEADER_READ_TIMEOUT`] to send a complete request (and again
+/// after each answer), at most [`MAX_CONNECTIONS`] are open at once; a request's body gets
+/// [`BODY_READ_TIMEOUT`], and a request other than an update [`REQUEST_TIMEOUT`] to be answered; at most
+/// [`MAX_REQUESTS`] are served at once.
 pub async fn serve(
     addr: SocketAddr,
     tls: Option<TlsFiles>,
     view: Arc<View>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(view)
-        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-            MAX_CONNECTIONS,
-        ))
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let handle = axum_server::Handle::new();
-    let stopper = handle.clone();
+    let limits = crate::listener::Limits {
+        connections: MAX_CONNECTIONS,
+        request_header: HEADER_READ_TIMEOUT,
+        streams: HTTP2_STREAMS,
+        counters: view.metrics.listener("conductor"),
+    };
+    let app = router(view).layer(tower::limit::GlobalConcurrencyLimitLayer::new(MAX_REQUESTS));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let Some(files) = tls else {
+        tracing::info!(%addr, "serving the Conductor API over HTTP");
+        return crate::listener::serve(listener, None, app, limits, shutdown).await;
+    };
+    let config =
+        axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key).await?;
+    // A renewed certificate (cert-manager rewrites the mounted files) is taken without a restart.
+    let reload = config.clone();
+    let watched = files.clone();
     tokio::spawn(async move {
-        shutdown.await;
-        stopper.graceful_shutdown(Some(Duration::from_secs(5)));
-    });
-    match tls {
-        None => {
-            let mut server = axum_server::bind(addr);
-            server
-                .http_builder()
-                .http1()
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            tracing::info!(%addr, "serving the Conductor API over HTTP");
-            server.handle(handle).serve(app).await
-        }
-        Some(files) => {
-            let config =
-                axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key)
-                    .await?;
-            // A renewed certificate (cert-manager rewrites the mounted files) is taken without a restart.
-            let reload = config.clone();
-            let watched = files.clone();
-            tokio::spawn(async move {
-                let stamp = |f: &TlsFiles| {
-                    let m =
-                        |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-                    (m(&f.cert), m(&f.key))
-                };
-                let mut seen = stamp(&watched);
-                loop {
-                    tokio::time::sleep(CERT_CHECK).await;
-                    let now = stamp(&watched);
-                    if now != seen {
-                        match reload
-                            .reload_from_pem_file(&watched.cert, &watched.key)
-                            .await
-                        {
-                            Ok(()) => {
-                                tracing::info!(cert = %watched.cert.display(), "the Conductor API's certificate was reloaded");
-                                seen = now;
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "reloading the Conductor API's certificate failed; keeping the old one")
-                            }
-                        }
+        let stamp = |f: &TlsFiles| {
+            let m = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            (m(&f.cert), m(&f.key))
+        };
+        let mut seen = stamp(&watched);
+        loop {
+            tokio::time::sleep(CERT_CHECK).await;
+            let now = stamp(&watched);
+            if now != seen {
+                match reload
+                    .reload_from_pem_file(&watched.cert, &watched.key)
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!(cert = %watched.cert.display(), "the Conductor API's certificate was reloaded");
+                        seen = now;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reloading the Conductor API's certificate failed; keeping the old one")
                     }
                 }
-            });
-            let mut server = axum_server::bind_rustls(addr, config);
-            server
-                .http_builder()
-                .http1()
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            tracing::info!(%addr, cert = %files.cert.display(), "serving the Conductor API over HTTPS");
-            server.handle(handle).serve(app).await
+            }
         }
-    }
+    });
+    tracing::info!(%addr, cert = %files.cert.display(), "serving the Conductor API over HTTPS");
+    crate::listener::serve(listener, Some(config), app, limits, shutdown).await
 }
 
 /// The OpenAPI description of the routes above.
@@ -1076,7 +1112,7 @@ pub fn openapi_document() -> Value {
                     "ids": {"type": "array", "maxItems": 256, "items": {"type": "string", "minLength": 1, "maxLength": 253}},
                     "releaseChannel": {"type": "string", "enum": ["ga", "beta", "alpha"]}}},
                 "DisasterRecoverySetup": {"type": "object", "required": ["role", "peerAddress", "sharedSecret"], "additionalProperties": false,
-                    "description": "This install as one site of a disaster-recovery pair. GKO writes sharedSecret into the Secret <platform>-disaster-recovery (owned by the GluesyncPlatform) and the rest into spec.disasterRecovery with a new revision; then it changes Core Hub and Chronos one at a time (environment GLUESYNC_DR_*, container ports, the Secret mounted at /opt/gluesync/disaster-recovery), each through the stability check, and publishes the two ports with the Service <platform>-disaster-recovery. A workload that does not come up puts every change back (phase Failed). The secret is never logged or answered. See docs/disaster-recovery.md.",
+                    "description": "This install as one site of a disaster-recovery pair. GKO writes sharedSecret into the Secret <platform>-disaster-recovery (which the chart creates empty: GKO creates no Secret) and the rest into spec.disasterRecovery with a new revision; then it changes Core Hub and Chronos one at a time (environment GLUESYNC_DR_*, container ports, the Secret mounted at /opt/gluesync/disaster-recovery), each through the stability check, and publishes the two ports with the Service <platform>-disaster-recovery. A workload that does not come up puts every change back (phase Failed). The secret is never logged or answered. See docs/disaster-recovery.md.",
                     "properties": {
                     "role": {"type": "string", "enum": ["primary", "secondary"]},
                     "peerAddress": {"type": "string", "minLength": 1, "maxLength": 253, "pattern": "^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$", "description": "host name or IP address of the other site"},
@@ -1118,7 +1154,7 @@ pub fn openapi_document() -> Value {
                                       "401": err("not authenticated"), "403": err("not a Super Admin, or a cookie request from another origin or not JSON"),
                                       "408": err("the body came too slowly"), "409": err("updatePolicy gitops, a disaster-recovery change in progress, the platform being deleted, the Secret not allowed, or the platform changed meanwhile; nothing was changed"),
                                       "413": err("the body is too large"), "503": err("GKO is starting, updating itself, not the leader, or cannot write")}},
-                "delete": {"description": "Super Admin only. Takes the pair down: the workloads go back to what they were, the Service and GKO's Secret go.",
+                "delete": {"description": "Super Admin only. Takes the pair down: the workloads go back to what they were, the Service goes and the shared secret GKO wrote is taken out of the pair's Secret.",
                         "responses": {"202": ok("accepted: the same data as GET"), "401": err("not authenticated"), "403": err("not a Super Admin, or a cookie request from another origin or not JSON"),
                                       "404": err("no setup to take down"), "409": err("updatePolicy gitops, or the platform being deleted"), "503": err("GKO is starting, updating itself, not the leader, or cannot write")}}
             },

@@ -10,7 +10,7 @@
 //!
 //! A workload that does not come up with the setup puts the whole setup back (RollingBack, then
 //! Failed): nothing half-made stays. Failed stays until the spec asks for another setup. A teardown
-//! puts the workloads back, then removes the Service and the Secret GKO wrote. See
+//! puts the workloads back, then removes the Service and empties the pair's Secret. See
 //! docs/disaster-recovery.md for the contract.
 
 use serde_json::{Value, json};
@@ -45,7 +45,7 @@ pub const ENV: [&str; 6] = [
 ];
 /// Labels of the Service and the Secret GKO makes.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "gluesync-operator");
-pub const PLATFORM_LABEL: &str = "gluesync.molo17.com/platform";
+pub use crate::api::PLATFORM_LABEL;
 
 /// What GKO found of the pair's Secret and Service.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -764,7 +764,7 @@ fn setting_up(
     d.status.disaster_recovery = Some(dr);
 }
 
-/// Puts every workload back as it was (last changed first), then removes the Service and GKO's Secret;
+/// Puts every workload back as it was (last changed first), then removes the Service and empties the pair's Secret;
 /// ends Failed (a rollback) or with no setup (a teardown).
 fn restore(
     gsp: &GluesyncPlatform,
@@ -862,7 +862,7 @@ fn restore(
         d.status.disaster_recovery = Some(dr);
         return;
     }
-    // The workloads are back: the Service and the Secret GKO wrote go, then the phase ends.
+    // The workloads are back: the Service goes and the pair's Secret is emptied, then the phase ends.
     if !removed(gsp, obs, &dr, d) {
         d.status.disaster_recovery = Some(dr);
         return;
@@ -875,7 +875,7 @@ fn restore(
                 .unwrap_or_else(|| "a workload did not come up".into());
             let message = format!(
                 "the disaster-recovery setup failed and was rolled back: {why}; every workload is as it \
-                 was before, and the Service and GKO's Secret are removed"
+                 was before, and the Service is removed and the shared secret GKO wrote is taken out of its Secret"
             );
             d.event(true, "DisasterRecoveryRolledBack", message.clone());
             set_phase(&mut dr, Phase::Failed, message, obs);
@@ -889,7 +889,7 @@ fn restore(
                 false,
                 "DisasterRecoveryRemoved",
                 "the disaster-recovery pair is taken down: the workloads are as they were before it, and \
-                 the Service and GKO's Secret are removed",
+                 the Service is removed and the shared secret GKO wrote is taken out of its Secret",
             );
             d.status.disaster_recovery = None;
             d.again = true;
@@ -897,7 +897,7 @@ fn restore(
     }
 }
 
-/// The Service and the Secret GKO wrote are gone; else their deletion is asked for.
+/// The Service is gone and the pair's Secret holds no setup's secret; else their removal is asked for.
 fn removed(
     gsp: &GluesyncPlatform,
     obs: &Observed,
@@ -907,11 +907,11 @@ fn removed(
     let secret_left = matches!(obs.dr.secret, SecretState::Present { made_by_gko: true });
     if obs.dr.service {
         d.actions
-            .push(Action::DeleteMade(Made::Service, service_name(gsp)));
+            .push(Action::RemoveMade(Made::Service, service_name(gsp)));
     }
     if secret_left {
         d.actions
-            .push(Action::DeleteMade(Made::Secret, dr.secret_name.clone()));
+            .push(Action::RemoveMade(Made::Secret, dr.secret_name.clone()));
     }
     if obs.dr.service || secret_left {
         d.requeue(std::time::Duration::from_secs(1));

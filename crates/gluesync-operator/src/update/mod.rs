@@ -191,8 +191,8 @@ pub enum Action {
     },
     /// Write the disaster-recovery Service.
     ApplyService(Box<k8s_openapi::api::core::v1::Service>),
-    /// Delete a Service or Secret GKO made for a disaster-recovery pair.
-    DeleteMade(crate::writer::Made, String),
+    /// Remove what a disaster-recovery setup made: delete the Service, empty the pair's Secret.
+    RemoveMade(crate::writer::Made, String),
 }
 
 /// A Kubernetes event to record on the GluesyncPlatform.

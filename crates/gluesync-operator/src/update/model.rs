@@ -340,7 +340,7 @@ impl State {
                 self.gsp.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()])
             }
             Action::RemoveFinalizer => self.gsp.metadata.finalizers = None,
-            Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::DeleteMade(..) => {
+            Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::RemoveMade(..) => {
                 return Err("a disaster-recovery action in a world without a pair".into());
             }
         }

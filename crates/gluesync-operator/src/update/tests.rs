@@ -267,7 +267,7 @@ impl World {
                     let image = w.image.clone();
                     w.ready = w.pods.iter().all(|p| p.image == image && p.ready);
                 }
-                Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::DeleteMade(..) => {
+                Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::RemoveMade(..) => {
                     panic!("{a:?} in a world without a disaster-recovery pair")
                 }
             }

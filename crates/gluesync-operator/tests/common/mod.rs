@@ -209,6 +209,8 @@ pub fn install_with_simulator(
     spec: serde_json::Value,
 ) -> anyhow::Result<()> {
     ns.apply(SAMPLE_INSTALL)?;
+    // The pair's Secret, empty, as the chart creates it: GKO may not create Secrets.
+    ns.apply("apiVersion: v1\nkind: Secret\nmetadata:\n  name: gluesync-disaster-recovery\ntype: Opaque\n")?;
     ns.apply(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: corehub-credentials\nstringData:\n  username: admin\n  password: admin\n",
     )?;
@@ -403,6 +405,16 @@ impl Gko {
             Ok(self.said(text).then_some(()))
         })
         .await
+    }
+
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The files (sockets included) the process holds open now.
+    pub fn open_files(&self) -> anyhow::Result<usize> {
+        Ok(std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))?.count())
     }
 
     /// Has the process exited?

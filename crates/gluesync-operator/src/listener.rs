@@ -1,0 +1,315 @@
+//! The one way GKO serves HTTP, for the Conductor API and for `/metrics`: whatever reaches the port may
+//! hold a connection only while it uses it.
+//!
+//! - A connection must send a complete request (its headers) within [`Limits::request_header`] of being
+//!   accepted (a TLS handshake and the HTTP/1-or-HTTP/2 detection included) and again within as long of
+//!   each answer: a connection that sends nothing, half a request, or nothing more after an answer (an
+//!   idle keep-alive or HTTP/2 connection) is closed. A request in flight is bounded by the handlers'
+//!   own timeouts, not by this one.
+//! - At most [`Limits::connections`] are open at once. At the bound, a new connection closes the oldest
+//!   one with no request in flight, so that silent connections can never keep a caller out; when every
+//!   connection has a request in flight, the new one is closed at once.
+//! - At most [`Limits::streams`] requests at once on one HTTP/2 connection.
+//!
+//! The counters say what was closed and why (`gluesync_operator_http_connections_closed_total`).
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{Router, extract::ConnectInfo};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::conn::auto::Builder,
+    service::TowerToHyperService,
+};
+use prometheus_client::metrics::{counter::Counter, gauge::Gauge};
+use tokio::{
+    net::TcpListener,
+    sync::{Notify, watch},
+    time::Instant,
+};
+use tower::ServiceExt;
+
+/// How long a connection told to close (GKO stopping, or idle) may take to say goodbye.
+const GOODBYE: Duration = Duration::from_secs(1);
+/// How long the open connections get to finish when GKO stops.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// What one listener allows, and the counters it keeps.
+#[derive(Clone)]
+pub struct Limits {
+    /// Connections open at once.
+    pub connections: usize,
+    /// Time a connection has to send a complete request, from its start and after each answer.
+    pub request_header: Duration,
+    /// Requests at once on one HTTP/2 connection.
+    pub streams: u32,
+    pub counters: Counters,
+}
+
+/// What a listener counts (cheap handles, registered by [`crate::metrics`]).
+#[derive(Clone, Default)]
+pub struct Counters {
+    /// Connections open now.
+    pub open: Gauge,
+    /// Closed because no complete request came within the header timeout.
+    pub idle: Counter,
+    /// Closed to make room for a new connection at the bound.
+    pub evicted: Counter,
+    /// Closed at once: the bound was reached and every connection had a request in flight.
+    pub refused: Counter,
+}
+
+/// One open connection: how many requests it has in flight and since when it has had none.
+struct Conn {
+    busy: watch::Sender<(usize, Instant)>,
+    close: Notify,
+}
+
+impl Conn {
+    fn idle(&self) -> bool {
+        self.busy.borrow().0 == 0
+    }
+}
+
+/// A request in flight on a connection; the connection counts as idle again when the last one ends.
+struct Busy(Arc<Conn>);
+
+impl Busy {
+    fn new(conn: &Arc<Conn>) -> Busy {
+        conn.busy.send_modify(|(n, _)| *n += 1);
+        Busy(conn.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.send_modify(|(n, since)| {
+            *n = n.saturating_sub(1);
+            *since = Instant::now();
+        });
+    }
+}
+
+/// The open connections of a listener, oldest first.
+#[derive(Default)]
+struct Registry {
+    open: Mutex<(u64, BTreeMap<u64, Arc<Conn>>)>,
+    /// Signalled when a connection ends (GKO stopping waits for the last).
+    ended: Notify,
+}
+
+impl Registry {
+    /// Registers a new connection, closing the oldest idle one at the bound; `None` when every open
+    /// connection has a request in flight.
+    fn admit(&self, limits: &Limits) -> Option<(u64, Arc<Conn>)> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.1.len() >= limits.connections {
+            let oldest_idle = open.1.iter().find(|(_, c)| c.idle()).map(|(id, _)| *id);
+            let Some(id) = oldest_idle else {
+                limits.counters.refused.inc();
+                return None;
+            };
+            if let Some(conn) = open.1.remove(&id) {
+                limits.counters.evicted.inc();
+                conn.close.notify_one();
+            }
+        }
+        open.0 += 1;
+        let id = open.0;
+        let conn = Arc::new(Conn {
+            busy: watch::channel((0, Instant::now())).0,
+            close: Notify::new(),
+        });
+        open.1.insert(id, conn.clone());
+        Some((id, conn))
+    }
+
+    fn remove(&self, id: u64) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.1.remove(&id);
+        drop(open);
+        self.ended.notify_waiters();
+    }
+
+    fn is_empty(&self) -> bool {
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .is_empty()
+    }
+}
+
+/// A connection's place in the registry and in the gauge, given back when its task ends.
+struct Admitted {
+    registry: Arc<Registry>,
+    id: u64,
+    open: Gauge,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.open.dec();
+        self.registry.remove(self.id);
+    }
+}
+
+/// Serves `app` on `listener` (over TLS with `tls`, whose certificate may be reloaded while it serves)
+/// until `shutdown` resolves; then stops accepting and gives the open connections [`DRAIN`] to finish.
+/// Handlers find the peer's address as [`ConnectInfo<SocketAddr>`].
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<axum_server::tls_rustls::RustlsConfig>,
+    app: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let mut builder = Builder::new(TokioExecutor::new());
+    // The header timeout is this module's own (below), the same for both protocols and counted.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.streams)
+        // A peer that stops answering while a request is in flight is noticed.
+        .keep_alive_interval(Some(Duration::from_secs(20)))
+        .keep_alive_timeout(Duration::from_secs(10));
+    let builder = Arc::new(builder);
+    let registry = Arc::new(Registry::default());
+    let (stopping, stop) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors, or a connection reset before it was accepted: the
+                    // listener goes on after a breath.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some((id, conn)) = registry.admit(&limits) else {
+            drop(stream);
+            continue;
+        };
+        limits.counters.open.inc();
+        let admitted = Admitted {
+            registry: registry.clone(),
+            id,
+            open: limits.counters.open.clone(),
+        };
+        let task = Connection {
+            builder: builder.clone(),
+            tls: tls.clone(),
+            app: app.clone(),
+            limits: limits.clone(),
+            conn,
+            stop: stop.clone(),
+        };
+        tokio::spawn(async move {
+            let _admitted = admitted;
+            task.run(stream, peer).await;
+        });
+    }
+    let _ = stopping.send(true);
+    let _ = tokio::time::timeout(DRAIN, async {
+        while !registry.is_empty() {
+            let ended = registry.ended.notified();
+            if registry.is_empty() {
+                break;
+            }
+            ended.await;
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// What one connection's task needs.
+struct Connection {
+    builder: Arc<Builder<TokioExecutor>>,
+    tls: Option<axum_server::tls_rustls::RustlsConfig>,
+    app: Router,
+    limits: Limits,
+    conn: Arc<Conn>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let deadline = Instant::now() + self.limits.request_header;
+        match self.tls.clone() {
+            None => self.http(stream, peer).await,
+            Some(config) => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(config.get_inner());
+                let handshake = tokio::select! {
+                    h = tokio::time::timeout_at(deadline, acceptor.accept(stream)) => h,
+                    _ = self.conn.close.notified() => return,
+                    _ = self.stop.wait_for(|s| *s) => return,
+                };
+                match handshake {
+                    Ok(Ok(tls)) => self.http(tls, peer).await,
+                    // A failed or slow handshake: the client is told nothing more.
+                    Ok(Err(_)) => {}
+                    Err(_) => {
+                        self.limits.counters.idle.inc();
+                    }
+                }
+            }
+        }
+    }
+
+    async fn http<S>(&mut self, stream: S, peer: SocketAddr)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let app = self.app.clone();
+        let conn = self.conn.clone();
+        let service =
+            tower::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                let busy = Busy::new(&conn);
+                req.extensions_mut().insert(ConnectInfo(peer));
+                let app = app.clone();
+                async move {
+                    let resp = app.oneshot(req.map(axum::body::Body::new)).await;
+                    drop(busy);
+                    resp
+                }
+            });
+        let served = self
+            .builder
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        tokio::pin!(served);
+        let mut busy = self.conn.busy.subscribe();
+        let goodbye = loop {
+            let (in_flight, since) = *busy.borrow_and_update();
+            let idle_until = since + self.limits.request_header;
+            tokio::select! {
+                _ = &mut served => return,
+                _ = self.conn.close.notified() => return,
+                _ = self.stop.wait_for(|s| *s) => break false,
+                _ = busy.changed() => {}
+                _ = tokio::time::sleep_until(idle_until), if in_flight == 0 => break true,
+            }
+        };
+        if goodbye {
+            self.limits.counters.idle.inc();
+        }
+        // HTTP/2 gets its GOAWAY, an idle HTTP/1 connection is closed; whatever is left is dropped.
+        served.as_mut().graceful_shutdown();
+        let wait = if goodbye { GOODBYE } else { DRAIN };
+        let _ = tokio::time::timeout(wait, served).await;
+    }
+}

@@ -1,0 +1,554 @@
+//! What whoever holds GKO's own credentials can and cannot do: tried as an attacker would, against the
+//! real control plane, with the Role of deploy/rbac.yaml and the one GKO's chart renders.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use gko_test_support::eventually;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+/// A Secret of type `kubernetes.io/service-account-token` for `account`: the cluster fills in that
+/// account's token.
+fn token_secret(name: &str, account: &str) -> Secret {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "annotations": {"kubernetes.io/service-account.name": account},
+        },
+        "type": "kubernetes.io/service-account-token",
+    }))
+    .expect("a Secret")
+}
+
+/// The status code of a refused request.
+fn code(result: Result<impl std::fmt::Debug, kube::Error>) -> u16 {
+    match result {
+        Err(kube::Error::Api(s)) => s.code,
+        other => panic!("expected the API server to refuse, got {other:?}"),
+    }
+}
+
+/// GKO's Role as GKO's chart renders it in `namespace` (its ServiceAccount, Role, RoleBinding and the
+/// pair's Secret).
+fn chart_role(namespace: &str) -> anyhow::Result<String> {
+    let chart = gko_test_support::repo_root().join("charts/gluesync-operator");
+    let out = gko_test_support::control_plane()
+        .command("helm")
+        .args(["template", "gluesync"])
+        .arg(&chart)
+        .args([
+            "--namespace",
+            namespace,
+            "--set",
+            "platform.version=2.3.2.1",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout)?;
+    let keep = ["ServiceAccount", "Role", "RoleBinding", "Secret"];
+    let docs: Vec<&str> = text
+        .split("\n---")
+        .filter(|d| {
+            d.lines().any(|l| {
+                l.strip_prefix("kind: ")
+                    .is_some_and(|k| keep.contains(&k.trim()))
+            })
+        })
+        .filter(|d| !d.contains("-conductor-tls"))
+        .collect();
+    Ok(docs.join("\n---"))
+}
+
+/// The attack of a stolen GKO token: make the cluster mint another ServiceAccount's token into a Secret
+/// GKO may read. Refused with both Roles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gkos_token_cannot_mint_a_token_for_another_service_account() -> anyhow::Result<()> {
+    for (hint, account) in [
+        ("mint-deploy", "gluesync-operator"),
+        ("mint-chart", "gluesync-gluesync-operator"),
+    ] {
+        let ns = namespace(hint).await?;
+        if hint == "mint-deploy" {
+            ns.apply(RBAC)?;
+        } else {
+            ns.apply(&chart_role(&ns.name)?)?;
+        }
+        // The account to steal: one with rights of its own.
+        ns.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: victim\n")?;
+        let admin: Api<Secret> = Api::namespaced(ns.client.clone(), &ns.name);
+
+        // The attack is real: with create on Secrets, such a Secret comes back holding the token.
+        admin
+            .create(&PostParams::default(), &token_secret("probe", "victim"))
+            .await?;
+        eventually(
+            "the cluster to fill in the victim's token",
+            Duration::from_secs(30),
+            || async {
+                let s = admin.get("probe").await?;
+                Ok(s.data
+                    .and_then(|d| d.get("token").cloned())
+                    .filter(|t| !t.0.is_empty())
+                    .map(|_| ()))
+            },
+        )
+        .await?;
+
+        let gko = ns.service_account_client(account).await?;
+        let as_gko: Api<Secret> = Api::namespaced(gko, &ns.name);
+        // The pair's Secret GKO may read exists, empty and Opaque; GKO's token reads it (the Role works).
+        let pair = as_gko.get("gluesync-disaster-recovery").await?;
+        assert_eq!(pair.type_.as_deref(), Some("Opaque"), "{hint}");
+
+        // 1. Under each name GKO may read, a token Secret is refused: the pair's Secret (which exists)
+        //    and the Core Hub CA's, which does not.
+        for name in [
+            "gluesync-disaster-recovery",
+            "corehub-ca",
+            "corehub-credentials",
+        ] {
+            let refused = as_gko
+                .create(&PostParams::default(), &token_secret(name, "victim"))
+                .await;
+            assert_eq!(code(refused), 403, "{hint}: create {name}");
+        }
+        // 2. The pair's Secret cannot be deleted to be made again, nor replaced by another type.
+        assert_eq!(
+            code(
+                as_gko
+                    .delete("gluesync-disaster-recovery", &Default::default())
+                    .await
+            ),
+            403,
+            "{hint}: delete"
+        );
+        let mut replaced = token_secret("gluesync-disaster-recovery", "victim");
+        replaced.metadata.resource_version = pair.metadata.resource_version.clone();
+        assert_eq!(
+            code(
+                as_gko
+                    .replace(
+                        "gluesync-disaster-recovery",
+                        &PostParams::default(),
+                        &replaced
+                    )
+                    .await
+            ),
+            403,
+            "{hint}: replace"
+        );
+        // A patch (which GKO may make) cannot change the type: the API server refuses it.
+        let patched = as_gko
+            .patch(
+                "gluesync-disaster-recovery",
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "type": "kubernetes.io/service-account-token",
+                    "metadata": {"annotations": {"kubernetes.io/service-account.name": "victim"}},
+                })),
+            )
+            .await;
+        assert_eq!(code(patched), 422, "{hint}: patch of the type");
+        // 3. The token the admin's Secret holds is out of reach.
+        assert_eq!(code(as_gko.get("probe").await), 403, "{hint}: get probe");
+        assert_eq!(
+            code(as_gko.list(&Default::default()).await),
+            403,
+            "{hint}: list"
+        );
+
+        // And the pair's Secret still holds no token.
+        let after = admin.get("gluesync-disaster-recovery").await?;
+        assert_eq!(after.type_.as_deref(), Some("Opaque"));
+        assert!(
+            !after.data.unwrap_or_default().contains_key("token"),
+            "{hint}"
+        );
+    }
+    Ok(())
+}
+
+/// A setup from the Core Hub UI writes into the Secret the install created, and is refused (nothing
+/// written, nothing changed) when that Secret is missing: GKO never creates one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setup_needs_the_pair_secret_the_install_creates() -> anyhow::Result<()> {
+    let ns = namespace("dr-no-secret").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let admin: Api<Secret> = Api::namespaced(ns.client.clone(), &ns.name);
+    admin
+        .delete("gluesync-disaster-recovery", &Default::default())
+        .await?;
+    let (_gko, base) = Operator::start_serving_with_role(&ns).await?;
+    // deploy/rbac.yaml brings the Secret back: take it away again, as a user without it would.
+    admin
+        .delete("gluesync-disaster-recovery", &Default::default())
+        .await?;
+    wait_settled(&ns).await?;
+    let body = json!({"role": "primary", "peerAddress": "dr-b.example.com",
+                      "sharedSecret": "pair-secret-0123456789-abcdefghij-KLMNOP"});
+    let resp = reqwest::Client::new()
+        .put(format!("{base}/conductor/api/disaster-recovery"))
+        .bearer_auth(sim.token_for("admin"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await?;
+    let status = resp.status().as_u16();
+    let text = resp.text().await?;
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("does not exist"), "{text}");
+    let g = platforms(&ns).get("gluesync").await?;
+    assert!(g.spec.disaster_recovery.is_none(), "nothing was changed");
+    assert!(admin.get_opt("gluesync-disaster-recovery").await?.is_none());
+    Ok(())
+}
+
+/// GKO as a process serving the Conductor API on a free port (its log and open files are read), on a
+/// sample install whose Core Hub is the simulator; the API's base URL comes with it.
+async fn serving_process(
+    hint: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<(
+    gko_test_support::TestNamespace,
+    gluesync_simulator::Simulator,
+    Gko,
+    String,
+)> {
+    let ns = namespace(hint).await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, spec)?;
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .to_string();
+    let gko = Gko::spawn(
+        &ns,
+        GkoOptions {
+            conductor_addr: Some(addr.clone()),
+            ..Default::default()
+        },
+    )?;
+    wait_settled(&ns).await?;
+    let base = format!("http://{addr}");
+    eventually(
+        "the Conductor API to serve",
+        Duration::from_secs(30),
+        || async {
+            Ok(reqwest::get(format!("{base}/health"))
+                .await
+                .ok()
+                .filter(|r| r.status() == 200)
+                .map(|_| ()))
+        },
+    )
+    .await?;
+    Ok((ns, sim, gko, base))
+}
+
+/// One call of the API; its status and body.
+async fn call(req: reqwest::RequestBuilder) -> anyhow::Result<(u16, serde_json::Value)> {
+    let resp = req.send().await?;
+    let code = resp.status().as_u16();
+    let text = resp.text().await?;
+    Ok((code, serde_json::from_str(&text).unwrap_or(json!(text))))
+}
+
+/// A cross-site form post with the manager's cookie is refused whatever `Authorization` header the
+/// browser adds (it adds Basic or Negotiate by itself for a proxy): the header GKO cannot use is
+/// refused, never dropped for the cookie to speak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_site_cookie_post_is_refused_whatever_authorization_comes_with_it()
+-> anyhow::Result<()> {
+    let ns = namespace("csrf-authorization").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    wait_settled(&ns).await?;
+    let cookie = format!("gs-auth={}", sim.token_for("manager"));
+    let http = reqwest::Client::new();
+    let post = |extra: Option<reqwest::header::HeaderValue>, origin: Option<&str>| {
+        let mut req = http
+            .post(format!("{base}/conductor/api/containers"))
+            .header("cookie", &cookie)
+            .header("content-type", "application/json")
+            .body(json!({"action": "stop", "ids": []}).to_string());
+        if let Some(origin) = origin {
+            req = req.header("origin", origin);
+        }
+        if let Some(v) = extra {
+            req = req.header("authorization", v);
+        }
+        req
+    };
+    // What the manager's cookie gets from its own origin: the stop is refused as a Conductor action
+    // GKO does not take (409), so the cookie does authenticate.
+    let (code, body) = call(post(None, None)).await?;
+    assert_eq!(code, 409, "{body}");
+    // Cross-site without a header: the cross-site rule (403).
+    let (code, body) = call(post(None, Some("http://evil.example"))).await?;
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (403, Some("Cross-site request refused"))
+    );
+    let headers = [
+        (
+            "Basic",
+            reqwest::header::HeaderValue::from_static("Basic dXNlcjpwYXNz"),
+            401,
+        ),
+        (
+            "Negotiate",
+            reqwest::header::HeaderValue::from_static("Negotiate YIIBhgYGKwYBBQUC"),
+            401,
+        ),
+        ("empty", reqwest::header::HeaderValue::from_static(""), 401),
+        (
+            "non-ASCII",
+            reqwest::header::HeaderValue::from_bytes(b"Bearer \xe9t\xe9")?,
+            400,
+        ),
+    ];
+    for (what, value, expected) in headers {
+        for origin in [Some("http://evil.example"), None] {
+            let (code, body) = call(post(Some(value.clone()), origin)).await?;
+            // GKO answered (its envelope), and not as the manager.
+            assert_eq!(body["success"], json!(false), "{what}: {body}");
+            assert_eq!(code, expected, "{what} from {origin:?}: {body}");
+        }
+    }
+    let g = platforms(&ns).get("gluesync").await?;
+    assert!(g.status.unwrap_or_default().last_attempt.is_none());
+    Ok(())
+}
+
+/// A stranger learns nothing of the install from a refusal: with Core Hub down, answering 500, or the
+/// spec naming a Secret GKO may not read, the answer is one fixed body; the detail is in GKO's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_refusal_tells_nothing_of_the_install() -> anyhow::Result<()> {
+    let (ns, sim, gko, base) = serving_process("stranger-refusal", json!({})).await?;
+    let http = reqwest::Client::new();
+    let stranger = |token: String| {
+        http.get(format!("{base}/conductor/api/containers"))
+            .bearer_auth(token)
+    };
+    let mut bodies = vec![];
+    // Core Hub down.
+    sim.update_faults(|f| f.down = true);
+    let (code, down) = call(stranger(sim.token_for("viewer"))).await?;
+    assert_eq!(code, 401, "{down}");
+    bodies.push(("down", down));
+    sim.update_faults(|f| f.down = false);
+    // Core Hub answering 500 to the identity check.
+    sim.update_faults(|f| {
+        f.error_count = u32::MAX;
+        f.error_path = "/authentication/me".into();
+    });
+    let (code, failing) = call(stranger(sim.token_for("viewer"))).await?;
+    assert_eq!(code, 401, "{failing}");
+    bodies.push(("500", failing));
+    sim.update_faults(|f| f.error_count = 0);
+    // The spec naming a Secret GKO may not read.
+    ns.apply(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: billing-db\nstringData:\n  username: a\n  password: b\n",
+    )?;
+    patch_spec(&ns, json!({"coreHub": {"credentialsSecret": "billing-db"}})).await?;
+    wait_for_platform(&ns, "SecretNotAllowed", |g| {
+        g.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.reason == "SecretNotAllowed" && c.status == "True")
+        })
+    })
+    .await?;
+    let (code, not_allowed) = call(stranger(sim.token_for("viewer"))).await?;
+    assert_eq!(code, 401, "{not_allowed}");
+    bodies.push(("not allowed", not_allowed));
+
+    for (what, body) in &bodies {
+        let text = body.to_string();
+        for inside in [
+            "127.0.0.1",
+            "http",
+            "authentication/me",
+            "simulated failure",
+            "billing-db",
+            "corehub-credentials",
+            &ns.name,
+        ] {
+            assert!(!text.contains(inside), "{what}: {inside} in {text}");
+        }
+        assert_eq!(*body, bodies[0].1, "{what}: one fixed body");
+    }
+    // The detail is in the log, for the administrator.
+    assert!(gko.said("a caller could not be verified with Core Hub"));
+    assert!(gko.said("billing-db"));
+    Ok(())
+}
+
+/// Sockets that send nothing, half a request, or an HTTP/2 preface and then nothing, are closed by GKO
+/// within its header timeout, on the Conductor API and on the metrics port; at most a bounded number
+/// are open at once, and a manager is served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_are_closed_and_a_manager_is_served() -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_ns, sim, gko, base) = serving_process("silent-connections", json!({})).await?;
+    let conductor = base.trim_start_matches("http://").to_string();
+    let metrics = gko
+        .metrics_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .to_string();
+    let manager = sim.token_for("manager");
+    let http = reqwest::Client::new();
+    let served = |http: reqwest::Client| {
+        let (base, manager) = (base.clone(), manager.clone());
+        async move {
+            let (code, body) = call(
+                http.get(format!("{base}/conductor/api/containers"))
+                    .bearer_auth(&manager),
+            )
+            .await?;
+            anyhow::ensure!(code == 200, "the manager got {code}: {body}");
+            Ok(())
+        }
+    };
+    served(http.clone()).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = gko.open_files()?;
+
+    // 1,000 connections to the Conductor API: most silent, some with half a request, some with an
+    // HTTP/2 preface and SETTINGS; 100 to the metrics port.
+    let mut held = vec![];
+    for i in 0..1_100 {
+        let to = if i < 1_000 { &conductor } else { &metrics };
+        let mut s = tokio::net::TcpStream::connect(to.as_str()).await?;
+        match i % 10 {
+            1 => {
+                s.write_all(b"GET /conductor/api/containers HTTP/1.1\r\nHost: x\r\n")
+                    .await?
+            }
+            2 => {
+                s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                    .await?
+            }
+            3 => s.write_all(b"PRI * HTTP/2.0\r\n").await?,
+            _ => {}
+        }
+        held.push(s);
+    }
+    let opened = std::time::Instant::now();
+    // The connections reached GKO: its open files rose, bounded by its connection limit.
+    let peak = gko.open_files()?;
+    assert!(
+        peak >= idle + 300,
+        "GKO holds the connections: {idle} -> {peak}"
+    );
+    assert!(
+        peak <= idle + gluesync_operator::conductor::MAX_CONNECTIONS + 100 + 20,
+        "bounded: {idle} -> {peak}"
+    );
+    // A manager is served meanwhile, on new connections, while the silent ones are held.
+    for _ in 0..5 {
+        served(reqwest::Client::new()).await?;
+    }
+    // Within 15 s GKO has closed every one of them: each reads the end of the stream.
+    let mut closed = 0;
+    for mut s in held {
+        let mut buf = [0u8; 1024];
+        let deadline = opened + Duration::from_secs(15);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match tokio::time::timeout(left, s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    closed += 1;
+                    break;
+                }
+                // An HTTP/2 GOAWAY or a 408 may come before the end.
+                Ok(Ok(_)) => continue,
+                Err(_) => break,
+            }
+        }
+    }
+    assert_eq!(closed, 1_100, "every silent connection closed within 15 s");
+    let now = gko.open_files()?;
+    assert!(
+        now <= idle + 5,
+        "open files back to idle: {idle} -> {peak} -> {now}"
+    );
+    let counted = |reason: &str, listener: &str| {
+        format!(
+            "gluesync_operator_http_connections_closed_total{{listener=\"{listener}\",reason=\"{reason}\"}}"
+        )
+    };
+    assert!(gko.metric(&counted("idle", "conductor")).await? > 0.0);
+    assert!(gko.metric(&counted("evicted", "conductor")).await? > 0.0);
+    let metrics_closed = gko.metric(&counted("idle", "metrics")).await?
+        + gko.metric(&counted("evicted", "metrics")).await?;
+    assert!(metrics_closed >= 100.0, "{metrics_closed}");
+    served(http).await?;
+    Ok(())
+}
+
+/// Two GKO processes on one host without `POD_NAME` (each takes the host name and a random suffix as
+/// its identity in the Lease): one leads at a time, and every pipeline is asked into maintenance once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_host_without_a_pod_name_never_lead_together() -> anyhow::Result<()> {
+    let ns = namespace("one-host").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let a = Gko::spawn(&ns, GkoOptions::default())?;
+    let b = Gko::spawn(&ns, GkoOptions::default())?;
+    wait_settled(&ns).await?;
+    // Neither has a pod name: the holder is the host name's identity with a suffix.
+    let holder = lease_holder(&ns)?;
+    assert!(
+        holder.starts_with("gluesync-operator-") && holder.contains('_'),
+        "{holder}"
+    );
+    let leaders = [&a, &b]
+        .iter()
+        .filter(|g| g.said("became the leader"))
+        .count();
+    assert_eq!(leaders, 1, "one leads, the other waits");
+
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let generation = platforms(&ns)
+        .get("gluesync")
+        .await?
+        .metadata
+        .generation
+        .unwrap_or(0);
+    let g = wait_finished(&ns, generation).await?;
+    let result = g.status.and_then(|s| s.last_attempt).map(|a| a.result);
+    assert_eq!(
+        result,
+        Some(gluesync_operator::api::UpdateResult::Succeeded)
+    );
+    let calls = sim.calls();
+    assert_eq!(
+        calls.enter.len(),
+        20,
+        "every running pipeline asked: {:?}",
+        calls.enter
+    );
+    assert!(
+        calls.enter.values().all(|n| *n == 1),
+        "each asked once: {:?}",
+        calls.enter
+    );
+    assert_eq!(lease_holder(&ns)?, holder, "the leader did not change");
+    Ok(())
+}
