@@ -945,7 +945,15 @@ enum Callers {
     Managers(Arc<Vec<String>>),
     /// A new random token on every request.
     Strangers,
+    /// New logins: each request a token GKO has not seen, of one of [`LOGIN_USERS`] managers (as users
+    /// opening the UI), from the same address as everyone else; a 429 is waited out as `Retry-After`
+    /// says, as the UI would.
+    Logins(Arc<Vec<String>>, Arc<std::sync::atomic::AtomicUsize>),
 }
+
+/// Managers whose new logins the load makes, and the loops that make them.
+const LOGIN_USERS: usize = 8;
+const LOGIN_CONNECTIONS: usize = 4;
 
 /// [`CONNECTIONS`] loops of `GET /containers` as `callers` until `until`; the answers that arrive from
 /// `from` on are counted.
@@ -958,7 +966,11 @@ fn load(
     let answers = Arc::new(Answers::default());
     // One client, and so one pool of connections, for this kind of caller.
     let http = reqwest::Client::new();
-    let tasks = (0..CONNECTIONS)
+    let connections = match callers {
+        Callers::Logins(..) => LOGIN_CONNECTIONS,
+        _ => CONNECTIONS,
+    };
+    let tasks = (0..connections)
         .map(|connection| {
             let (http, callers, answers) = (http.clone(), callers.clone(), answers.clone());
             tokio::spawn(async move {
@@ -972,10 +984,20 @@ fn load(
                             random.write_u8(0);
                             format!("{:016x}{connection:04x}", random.finish())
                         }
+                        Callers::Logins(tokens, next) => {
+                            tokens[next.fetch_add(1, Ordering::Relaxed) % tokens.len()].clone()
+                        }
                     };
+                    let mut wait = None;
                     let status = match http.get(CONDUCTOR_URL).bearer_auth(token).send().await {
                         Ok(r) => {
                             let status = r.status().as_u16();
+                            if matches!(callers, Callers::Logins(..)) && status == 429 {
+                                wait = r
+                                    .headers()
+                                    .get("retry-after")
+                                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+                            }
                             let _ = r.bytes().await;
                             Some(status)
                         }
@@ -984,6 +1006,9 @@ fn load(
                     let now = Instant::now();
                     if now >= from && now < until {
                         answers.count(status);
+                    }
+                    if let Some(secs) = wait {
+                        tokio::time::sleep(Duration::from_secs(secs)).await;
                     }
                 }
             })
@@ -997,6 +1022,7 @@ fn load(
 struct PhaseFigures {
     managers: Option<Arc<Answers>>,
     strangers: Option<Arc<Answers>>,
+    logins: Option<Arc<Answers>>,
     checks_answered: u64,
     checks_refused: u64,
 }
@@ -1015,7 +1041,11 @@ async fn conductor_phase(
         tasks.extend(t);
         answers
     };
-    let managers = managers.map(|m| start(m.clone()));
+    let (logins, managers): (Vec<&Callers>, Vec<&Callers>) = managers
+        .into_iter()
+        .partition(|c| matches!(c, Callers::Logins(..)));
+    let managers = managers.first().map(|m| start((*m).clone()));
+    let logins = logins.first().map(|m| start((*m).clone()));
     let strangers = strangers.then(|| start(Callers::Strangers));
     tokio::time::sleep_until(from.into()).await;
     let before = sim.calls();
@@ -1028,6 +1058,7 @@ async fn conductor_phase(
     PhaseFigures {
         managers,
         strangers,
+        logins,
         checks_answered: (after.me - before.me) - refused,
         checks_refused: refused,
     }
@@ -1065,15 +1096,26 @@ async fn conductor_load(measured: Duration) -> anyhow::Result<()> {
         }
     }
     let managers = Callers::Managers(Arc::new(sessions));
+    let fresh = |sim: &Simulator| {
+        let tokens: Vec<String> = (0..2_000)
+            .map(|i| sim.token_for(&format!("login-{}", i % LOGIN_USERS)))
+            .collect();
+        Callers::Logins(Arc::new(tokens), Arc::default())
+    };
+    for i in 0..LOGIN_USERS {
+        sim.add_user(&format!("login-{i}"), "login", "MANAGER");
+    }
 
     let alone = conductor_phase(&sim, Some(&managers), false, measured).await;
     let flood = conductor_phase(&sim, None, true, measured).await;
     let both = conductor_phase(&sim, Some(&managers), true, measured).await;
+    let logins_alone = conductor_phase(&sim, Some(&fresh(&sim)), false, measured).await;
+    let logins_flooded = conductor_phase(&sim, Some(&fresh(&sim)), true, measured).await;
     drop(gko);
 
     let secs = measured.as_secs_f64();
     println!(
-        "Conductor API GET /containers, three phases of {:.0} s each (after {:.0} s unmeasured) on one GKO: {SESSIONS} manager sessions GKO knows on {CONNECTIONS} connections; bad tokens, a new random one per request, on {CONNECTIONS} connections; identity checks: the Core Hub calls (GET /authentication/me) each caller cost",
+        "Conductor API GET /containers, five phases of {:.0} s each (after {:.0} s unmeasured) on one GKO: {SESSIONS} manager sessions GKO knows on {CONNECTIONS} connections; bad tokens, a new random one per request, on {CONNECTIONS} connections; identity checks: the Core Hub calls (GET /authentication/me) each caller cost",
         secs,
         WARM_UP.as_secs_f64()
     );
@@ -1108,12 +1150,17 @@ async fn conductor_load(measured: Duration) -> anyhow::Result<()> {
         ("managers alone", &alone),
         ("bad tokens alone", &flood),
         ("both at once", &both),
+        ("new logins alone", &logins_alone),
+        ("logins and flood", &logins_flooded),
     ] {
         if let Some(a) = &figures.managers {
             row(phase, "managers", a, figures.checks_answered);
         }
+        if let Some(a) = &figures.logins {
+            row(phase, "new logins", a, figures.checks_answered);
+        }
         if let Some(a) = &figures.strangers {
-            let phase = if figures.managers.is_some() {
+            let phase = if figures.managers.is_some() || figures.logins.is_some() {
                 ""
             } else {
                 phase
@@ -1130,6 +1177,16 @@ async fn conductor_load(measured: Duration) -> anyhow::Result<()> {
         "  answered 200 per manager session: {:.1}/s alone, {:.1}/s while flooded",
         per_session(&alone),
         per_session(&both)
+    );
+    let logins = |f: &PhaseFigures| {
+        f.logins
+            .as_ref()
+            .map_or(0.0, |a| a.ok.load(Ordering::Relaxed) as f64 / secs)
+    };
+    println!(
+        "  new manager logins (a token GKO never saw, {LOGIN_USERS} managers, same address as the flood) answered 200: {:.1}/s alone, {:.1}/s while flooded",
+        logins(&logins_alone),
+        logins(&logins_flooded)
     );
     Ok(())
 }

@@ -497,7 +497,7 @@ fn files_again(dir: &std::path::Path) -> gluesync_operator::conductor::TlsFiles 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_update_request_while_one_runs_is_refused() -> anyhow::Result<()> {
+async fn a_different_update_request_while_one_runs_is_refused() -> anyhow::Result<()> {
     let ns = namespace("ui-second").await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
@@ -523,6 +523,12 @@ async fn a_second_update_request_while_one_runs_is_refused() -> anyhow::Result<(
             .is_some_and(|s| s.phase == Some(Phase::Updating))
     })
     .await?;
+    // Meanwhile the catalog offers a newer Core Hub: asking for it is another request, refused while
+    // the first runs (the same request again would get the first one's answer).
+    sim.set_catalog(
+        "gluesync-core-hub",
+        gluesync_simulator::CatalogEntry::all("2.3.2.3"),
+    );
     let (code, body) = Ui::new(base)
         .post("/containers", Some(&manager), update_all())
         .await?;

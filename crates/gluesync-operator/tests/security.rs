@@ -552,3 +552,116 @@ async fn two_processes_on_one_host_without_a_pod_name_never_lead_together() -> a
     assert_eq!(lease_holder(&ns)?, holder, "the leader did not change");
     Ok(())
 }
+
+/// A flood of made-up tokens from one address (behind an ingress, every user's address) spends a budget
+/// of its own: callers that log in meanwhile, from the same address, are verified and served, and Core
+/// Hub still gets at most 20 identity checks a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_login_is_verified_during_a_flood_from_the_same_address() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let ns = namespace("flood-new-login").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    wait_settled(&ns).await?;
+    let http = reqwest::Client::new();
+    let url = format!("{base}/conductor/api/containers");
+    let (http, url) = (&http, &url);
+    let before = sim.calls();
+    let started = std::time::Instant::now();
+    let flood = futures::stream::iter(0..3_000)
+        .map(|i| async move {
+            let resp = http
+                .get(url)
+                .bearer_auth(format!("made-up-{i}"))
+                .send()
+                .await?;
+            anyhow::Ok(resp.status().as_u16())
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>();
+    let logins = async {
+        let mut answers = vec![];
+        for user in ["manager", "admin", "monitor", "viewer"] {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // A login GKO has never seen, during the flood.
+            let token = sim.token_for(user);
+            answers.push((user, call(http.get(url).bearer_auth(&token)).await?.0));
+        }
+        anyhow::Ok(answers)
+    };
+    let (codes, logins) = tokio::join!(flood, logins);
+    let elapsed = started.elapsed().as_secs_f64();
+    let codes: Vec<u16> = codes.into_iter().collect::<Result<_, _>>()?;
+    // The flood reached GKO and was refused, much of it without asking Core Hub.
+    assert!(
+        codes.iter().all(|c| *c == 401 || *c == 429),
+        "only 401 and 429"
+    );
+    assert!(codes.iter().filter(|c| **c == 429).count() > 1_000);
+    for (user, code) in logins? {
+        assert_eq!(code, 200, "{user}'s new login is served during the flood");
+    }
+    let checks = sim.calls().me - before.me;
+    assert!(
+        (checks as f64) <= 20.0 * elapsed + 21.0,
+        "{checks} identity checks in {elapsed:.2} s"
+    );
+    Ok(())
+}
+
+/// A manager repeating "Update all" during the update and right after its answer: every repeat gets the
+/// same answer, none a 5xx, and the spec is written once (the repeats after the answer write nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_update_requests_cost_no_write_and_get_the_same_answer() -> anyhow::Result<()> {
+    let ns = namespace("repeated-requests").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
+    let (gko, base) = Operator::start_serving(&ns)?;
+    wait_settled(&ns).await?;
+    let before = platforms(&ns).get("gluesync").await?.metadata.generation;
+    let manager = sim.token_for("manager");
+    let http = reqwest::Client::new();
+    let update_all = || {
+        call(
+            http.post(format!("{base}/conductor/api/containers"))
+                .bearer_auth(&manager)
+                .header("content-type", "application/json")
+                .body(json!({"action": "update", "ids": [], "releaseChannel": "ga"}).to_string()),
+        )
+    };
+    let first = update_all();
+    let during = async {
+        wait_for_platform(&ns, "the update to run", |g| {
+            g.status.as_ref().is_some_and(|s| s.update.is_some())
+        })
+        .await?;
+        // Ten repeats while it runs, back to back.
+        let answers = futures::future::join_all((0..10).map(|_| update_all())).await;
+        answers.into_iter().collect::<anyhow::Result<Vec<_>>>()
+    };
+    let (first, during) = tokio::join!(first, during);
+    let (code, answer) = first?;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["data"]["result"], "Succeeded", "{answer}");
+    for (code, body) in during? {
+        assert_eq!((code, &body), (200, &answer), "a repeat during the update");
+    }
+    // Ten more right after the answer: the same answer, and nothing written.
+    let writes = gko.metrics.status_writes.get();
+    for _ in 0..10 {
+        let (code, body) = update_all().await?;
+        assert_eq!((code, &body), (200, &answer), "a repeat after the answer");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(gko.metrics.status_writes.get(), writes, "no status write");
+    let after = platforms(&ns).get("gluesync").await?.metadata.generation;
+    assert_eq!(
+        after.unwrap_or(0),
+        before.unwrap_or(0) + 1,
+        "one spec write for one distinct request"
+    );
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(g.status.unwrap_or_default().history.len(), 1, "one update");
+    Ok(())
+}

@@ -615,64 +615,52 @@ async fn post_containers(State(api): State<Api>, req: Request) -> Response {
             return resp;
         }
     };
-    match wait_for_attempt(&api, &request_id).await {
+    match wait_for_attempt(&api, request_id.as_deref()).await {
         Ok(answer) => answer,
         Err(resp) => resp,
     }
 }
 
-/// Checks an update request and writes it into the spec; the request's id. One request at a time, and
-/// the lock is held only while checking and writing, never while the update runs.
+/// How often a request's spec write is tried again after a conflict (GKO's own status write, or any
+/// other write, landed between the read and the write): each time re-read and re-decided.
+const REQUEST_WRITE_TRIES: usize = 5;
+/// How long a request waits for its turn to decide (another request deciding and writing).
+const REQUEST_TURN: Duration = Duration::from_secs(10);
+
+/// What an update request comes to once checked against the platform.
+enum Asked {
+    /// Nothing new: the request asks what runs, or what is asked already, or what the last attempt
+    /// of this generation reached; it gets that update's answer, and nothing is written.
+    Join(Option<String>),
+    /// New versions (or a retry of what did not succeed) to write into the spec.
+    Write {
+        version: String,
+        modules: std::collections::BTreeMap<String, String>,
+    },
+}
+
+/// Checks an update request and writes it into the spec unless it asks nothing new; the request id
+/// whose attempt answers it. Requests decide one at a time (the turn is held while checking and writing,
+/// never while the update runs), and a write that conflicts with another write is re-read and re-decided.
 async fn accept_update(
     api: &Api,
     caller: &Caller,
     ids: Vec<String>,
     channel: ReleaseChannel,
-) -> Result<String, Response> {
-    let Ok(_one) = api.updating.try_lock() else {
+) -> Result<Option<String>, Response> {
+    let Ok(_turn) = tokio::time::timeout(REQUEST_TURN, api.updating.lock()).await else {
         return Err(failure(
             StatusCode::CONFLICT,
             "An update is already running",
-            "wait for it to end, then ask again",
+            "another update request is being written; wait for it to end, then ask again",
         ));
     };
-    let gsp = api.platform()?;
+    let mut gsp = api.platform()?;
     if gsp.spec.update_policy == UpdatePolicy::Gitops {
         return Err(failure(
             StatusCode::CONFLICT,
             "Updates of this install are managed in Git",
             "the GluesyncPlatform's updatePolicy is gitops: commit the new version to Git; nothing was changed",
-        ));
-    }
-    if gsp.status.as_ref().is_some_and(|s| s.update.is_some()) {
-        return Err(failure(
-            StatusCode::CONFLICT,
-            "An update is already running",
-            "wait for it to end, then ask again",
-        ));
-    }
-    // A request of the UI written into the spec that no update has answered yet is one running.
-    let answered = gsp
-        .status
-        .as_ref()
-        .and_then(|s| s.last_attempt.as_ref())
-        .and_then(|a| a.request_id.as_ref());
-    let pending_ui_request = gsp
-        .spec
-        .request_id
-        .as_ref()
-        .is_some_and(|id| id.starts_with("ui-") && Some(id) != answered)
-        && gsp.metadata.generation
-            != gsp
-                .status
-                .as_ref()
-                .and_then(|s| s.last_attempt.as_ref())
-                .and_then(|a| a.generation);
-    if pending_ui_request {
-        return Err(failure(
-            StatusCode::CONFLICT,
-            "An update is already running",
-            "the previous request has not started yet; wait for it to end, then ask again",
         ));
     }
     let workloads = api.view.workloads();
@@ -718,6 +706,97 @@ async fn accept_update(
             }
         }
     };
+    for attempt in 0..REQUEST_WRITE_TRIES {
+        if attempt > 0 {
+            gsp = kube::Api::<GluesyncPlatform>::namespaced(
+                api.view.writer.client().clone(),
+                &api.view.namespace,
+            )
+            .get(&kube::ResourceExt::name_any(&gsp))
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
+                failure(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Failed to do containers action",
+                    "GKO could not read the GluesyncPlatform; nothing was changed, try again",
+                )
+            })?;
+        }
+        let (version, modules) = match asked(&gsp, &workloads, &latest, &ids)? {
+            Asked::Join(id) => return Ok(id),
+            Asked::Write { version, modules } => (version, modules),
+        };
+        let request_id = format!("ui-{}", jiff::Timestamp::now().as_millisecond());
+        let written = api
+            .view
+            .writer
+            .write_update_request(
+                &gsp,
+                &crate::writer::UpdateRequest {
+                    version: &version,
+                    modules: &modules,
+                    id: &request_id,
+                    channel,
+                    ids: &ids,
+                },
+                caller,
+            )
+            .await;
+        match written {
+            Ok(_) => {}
+            Err(e) if crate::writer::is_conflict(&e) => {
+                tracing::debug!(%request_id, "the GluesyncPlatform changed before the request was written; deciding again");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "writing an update request failed");
+                return Err(failure(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Failed to do containers action",
+                    "GKO could not write the request into the GluesyncPlatform; nothing was changed, try again",
+                ));
+            }
+        }
+        tracing::info!(
+            gsp = %gsp.metadata.name.clone().unwrap_or_default(),
+            %version,
+            %request_id,
+            username = %caller.username,
+            role = %caller.role,
+            "update requested from the Core Hub UI"
+        );
+        // The next request decides from a cache that holds this one.
+        let mut changed = api.view.changed.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while api
+                .view
+                .platform()
+                .is_none_or(|g| g.spec.request_id.as_deref() != Some(request_id.as_str()))
+            {
+                if changed.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
+        return Ok(Some(request_id));
+    }
+    Err(failure(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Failed to do containers action",
+        "the GluesyncPlatform kept changing while the request was written; nothing was changed, try again",
+    ))
+}
+
+/// What a request for `ids` (empty: every component) comes to on `gsp`, with the catalog's `latest`.
+#[allow(clippy::result_large_err)]
+fn asked(
+    gsp: &GluesyncPlatform,
+    workloads: &[crate::cluster::Workload],
+    latest: &std::collections::BTreeMap<String, String>,
+    ids: &[String],
+) -> Result<Asked, Response> {
     // The latest version of a workload's image, when it is newer than the one that runs: the UI's update
     // never takes a component back (a beta that runs stays when GA is asked for).
     let latest_of = |w: &crate::cluster::Workload| {
@@ -734,7 +813,7 @@ async fn accept_update(
     let everything = ids.is_empty();
     let mut version = gsp.spec.version.clone();
     let mut modules = gsp.spec.modules.clone();
-    for w in &workloads {
+    for w in workloads {
         if !everything && !ids.contains(&w.name) {
             continue;
         }
@@ -768,43 +847,45 @@ async fn accept_update(
             _ => {}
         }
     }
-    let request_id = format!("ui-{}", jiff::Timestamp::now().as_millisecond());
-    if let Err(e) = api
-        .view
-        .writer
-        .write_update_request(
-            &gsp,
-            &crate::writer::UpdateRequest {
-                version: &version,
-                modules: &modules,
-                id: &request_id,
-                channel,
-                ids: &ids,
-            },
-            caller,
-        )
-        .await
-    {
-        return Err(failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Failed to do containers action",
-            e.to_string(),
-        ));
+    let status = gsp.status.clone().unwrap_or_default();
+    let nothing_new = version == gsp.spec.version && modules == gsp.spec.modules;
+    // A request of the UI written into the spec that no update has answered yet is one running.
+    let answered = status
+        .last_attempt
+        .as_ref()
+        .and_then(|a| a.request_id.as_ref());
+    let attempt_generation = status.last_attempt.as_ref().and_then(|a| a.generation);
+    let pending_ui_request = gsp
+        .spec
+        .request_id
+        .as_ref()
+        .is_some_and(|id| id.starts_with("ui-") && Some(id) != answered)
+        && gsp.metadata.generation != attempt_generation;
+    if status.update.is_some() || pending_ui_request {
+        return match (&gsp.spec.request_id, nothing_new) {
+            // The same request again: it gets the answer of the update that runs for it.
+            (Some(id), true) => Ok(Asked::Join(Some(id.clone()))),
+            _ => Err(failure(
+                StatusCode::CONFLICT,
+                "An update is already running",
+                "wait for it to end, then ask again",
+            )),
+        };
     }
-    tracing::info!(
-        gsp = %gsp.metadata.name.clone().unwrap_or_default(),
-        %version,
-        %request_id,
-        username = %caller.username,
-        role = %caller.role,
-        "update requested from the Core Hub UI"
-    );
-    Ok(request_id)
+    // What the last attempt of this generation reached is asked again: its answer, no new update.
+    if nothing_new
+        && let Some(last) = &status.last_attempt
+        && last.generation == gsp.metadata.generation
+        && last.result == crate::api::UpdateResult::Succeeded
+    {
+        return Ok(Asked::Join(last.request_id.clone()));
+    }
+    Ok(Asked::Write { version, modules })
 }
 
 /// Waits until the update of `request_id` has ended, and answers per component from `status.lastAttempt`.
 /// It reads the watch cache each time the GluesyncPlatform changes; it never polls the API server.
-async fn wait_for_attempt(api: &Api, request_id: &str) -> Result<Response, Response> {
+async fn wait_for_attempt(api: &Api, request_id: Option<&str>) -> Result<Response, Response> {
     let deadline = tokio::time::Instant::now() + UPDATE_WAIT;
     let mut changed = api.view.changed.subscribe();
     loop {
@@ -812,7 +893,7 @@ async fn wait_for_attempt(api: &Api, request_id: &str) -> Result<Response, Respo
         let status = gsp.status.unwrap_or_default();
         if let Some(attempt) = status
             .last_attempt
-            .filter(|a| a.request_id.as_deref() == Some(request_id))
+            .filter(|a| a.request_id.as_deref() == request_id)
             && status.update.is_none()
         {
             let containers: Vec<Value> = attempt
