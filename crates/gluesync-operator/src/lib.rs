@@ -4,6 +4,7 @@
 pub mod access;
 pub mod api;
 pub mod background;
+pub mod bounded;
 pub mod catalog;
 pub mod cluster;
 pub mod conductor;

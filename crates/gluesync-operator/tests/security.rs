@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use common::*;
 use gko_test_support::eventually;
@@ -663,5 +663,174 @@ async fn repeated_update_requests_cost_no_write_and_get_the_same_answer() -> any
     );
     let g = platforms(&ns).get("gluesync").await?;
     assert_eq!(g.status.unwrap_or_default().history.len(), 1, "one update");
+    Ok(())
+}
+
+/// A peer that answers every request with a 200 and a JSON body that never ends; how many requests
+/// it got and how many bytes it managed to send.
+struct Endless {
+    addr: std::net::SocketAddr,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+    sent: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn endless() -> anyhow::Result<Endless> {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (r, s) = (requests.clone(), sent.clone());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let (r, s) = (r.clone(), s.clone());
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                if conn.read(&mut buf).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                r.fetch_add(1, Ordering::Relaxed);
+                let head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"username\":\"";
+                if conn.write_all(head).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b'a'; 64 * 1024];
+                // At most 256 MiB, which GKO must never take in.
+                for _ in 0..4096 {
+                    if conn.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                    s.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    Ok(Endless {
+        addr,
+        requests,
+        sent,
+    })
+}
+
+/// Core Hub's identity answer and the catalog's are read up to a size: an answer without end is
+/// refused after a little of it, and the caller gets the usual fixed answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_without_end_from_core_hub_and_the_catalog_are_cut_off() -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let corehub = endless().await?;
+    let catalog = endless().await?;
+    let ns = namespace("endless-answers").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    wait_settled(&ns).await?;
+    let http = reqwest::Client::new();
+    // The catalog first, with Core Hub still the simulator: a viewer asks for a version.
+    patch_spec(
+        &ns,
+        json!({"catalog": {"url": format!("http://{}", catalog.addr)}}),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let viewer = sim.token_for("viewer");
+    let started = std::time::Instant::now();
+    let (code, body) = call(
+        http.get(format!(
+            "{base}/conductor/api/services/gluesync-gluesync-core-hub/version"
+        ))
+        .bearer_auth(&viewer),
+    )
+    .await?;
+    assert!(
+        catalog.requests.load(Ordering::Relaxed) >= 1,
+        "the catalog was asked"
+    );
+    assert_eq!(code, 502, "{body}");
+    assert!(body.to_string().contains("larger than"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // Core Hub's identity answer without end.
+    patch_spec(
+        &ns,
+        json!({"coreHub": {"url": format!("http://{}", corehub.addr)}}),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (code, body) = call(
+        http.get(format!("{base}/conductor/api/containers"))
+            .bearer_auth(sim.token_for("manager")),
+    )
+    .await?;
+    assert!(
+        corehub.requests.load(Ordering::Relaxed) >= 1,
+        "Core Hub was asked"
+    );
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (401, Some("Authentication verification failed")),
+        "{body}"
+    );
+    // Neither peer got far: GKO stopped reading and closed the connection.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for (what, peer) in [("catalog", &catalog), ("Core Hub", &corehub)] {
+        let sent = peer.sent.load(Ordering::Relaxed);
+        assert!(sent < 32 * 1024 * 1024, "{what} sent {sent} bytes");
+    }
+    Ok(())
+}
+
+/// A viewer that holds many slow calls (a slow catalog) holds at most its share of the requests GKO
+/// serves at once; a manager is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_with_many_slow_calls_never_takes_every_slot() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    let ns = namespace("slow-viewer").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    wait_settled(&ns).await?;
+    let viewer = sim.token_for("viewer");
+    let manager = sim.token_for("manager");
+    let http = reqwest::Client::new();
+    // The viewer is known first (the flood below must not be about identity checks).
+    assert_eq!(
+        call(
+            http.get(format!("{base}/conductor/api/containers"))
+                .bearer_auth(&viewer)
+        )
+        .await?
+        .0,
+        200
+    );
+    sim.update_faults(|f| f.catalog_delay_ms = 8_000);
+    let url = format!("{base}/conductor/api/services/gluesync-gluesync-core-hub/version");
+    let (http_ref, url, viewer) = (&http, &url, &viewer);
+    let slow = futures::stream::iter(0..300)
+        .map(|_| async move {
+            call(http_ref.get(url).bearer_auth(viewer))
+                .await
+                .map(|(c, _)| c)
+        })
+        .buffer_unordered(300)
+        .collect::<Vec<_>>();
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let started = std::time::Instant::now();
+        let answer = call(
+            http.get(format!("{base}/conductor/api/containers"))
+                .bearer_auth(&manager),
+        )
+        .await;
+        (answer, started.elapsed())
+    };
+    let (codes, (manager_answer, took)) = tokio::join!(slow, meanwhile);
+    let codes: Vec<u16> = codes.into_iter().collect::<anyhow::Result<_>>()?;
+    let refused = codes.iter().filter(|c| **c == 429).count();
+    assert!(
+        refused >= 300 - gluesync_operator::conductor::CALLER_REQUESTS,
+        "the viewer's calls beyond its share were refused: {refused}"
+    );
+    assert_eq!(manager_answer?.0, 200);
+    assert!(took < Duration::from_secs(5), "the manager waited {took:?}");
     Ok(())
 }

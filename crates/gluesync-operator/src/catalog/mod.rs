@@ -148,6 +148,9 @@ pub enum Error {
     BadAnswer { image: String, reason: String },
 }
 
+/// The largest catalog answer GKO reads (one image's versions and changelog).
+pub const ANSWER_LIMIT: usize = 1024 * 1024;
+
 pub struct CatalogClient {
     http: reqwest::Client,
     base: String,
@@ -186,7 +189,15 @@ impl CatalogClient {
                 }
             };
             let status = resp.status().as_u16();
-            let body = resp.bytes().await.unwrap_or_default();
+            let body = match crate::bounded::read(resp, ANSWER_LIMIT).await {
+                Ok(b) => b,
+                Err(reason) => {
+                    return Err(Error::BadAnswer {
+                        image: image.into(),
+                        reason,
+                    });
+                }
+            };
             match status {
                 200 => return parse(image, &body),
                 503 if is_maintenance(&body) => return Err(Error::Maintenance),

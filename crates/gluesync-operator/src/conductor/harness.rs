@@ -129,6 +129,7 @@ impl Harness {
             identities: Arc::default(),
             corehub: Arc::default(),
             updating: Arc::default(),
+            in_flight: Arc::default(),
         };
         for (token, username, role) in [
             (KNOWN_TOKEN, "manager", "MANAGER"),

@@ -49,6 +49,9 @@ pub const MAX_REQUESTS: usize = 256;
 pub const MAX_CONNECTIONS: usize = 512;
 /// Requests at once on one HTTP/2 connection.
 pub const HTTP2_STREAMS: u32 = 32;
+/// Requests one caller (a Core Hub user) may have in flight at once: a caller holding many slow calls
+/// (a slow catalog) never takes the slots others need.
+pub const CALLER_REQUESTS: usize = 16;
 /// How often the certificate files are checked for a renewal.
 const CERT_CHECK: Duration = Duration::from_secs(2);
 /// How long an update request waits for the update to end before it answers with the outcome so far.
@@ -189,6 +192,45 @@ struct Api {
     corehub: Arc<tokio::sync::Mutex<Option<Connection>>>,
     /// One update request at a time.
     updating: Arc<tokio::sync::Mutex<()>>,
+    /// Requests in flight by caller (username).
+    in_flight: Held,
+}
+
+/// Requests in flight by caller.
+type Held = Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>;
+
+/// A request of one caller in flight; its slot is given back when the request ends.
+struct InFlight {
+    callers: Held,
+    username: String,
+}
+
+impl InFlight {
+    /// A slot for `username`, unless it holds [`CALLER_REQUESTS`] already.
+    fn take(callers: &Held, username: &str) -> Option<InFlight> {
+        let mut held = callers.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(username.to_string()).or_default();
+        if *n >= CALLER_REQUESTS {
+            return None;
+        }
+        *n += 1;
+        Some(InFlight {
+            callers: callers.clone(),
+            username: username.to_string(),
+        })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut held = self.callers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&self.username) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.username);
+            }
+        }
+    }
 }
 
 impl Api {
@@ -495,6 +537,14 @@ async fn authenticated(State(api): State<Api>, mut req: Request, next: Next) -> 
             );
         }
     }
+    let Some(_slot) = InFlight::take(&api.in_flight, &caller.username) else {
+        tracing::warn!(username = %caller.username, path = %req.uri().path(), "refused: the caller has {CALLER_REQUESTS} requests in flight");
+        return too_many_requests(
+            "Too many requests",
+            &format!("at most {CALLER_REQUESTS} requests of one user are served at once"),
+            Duration::from_secs(1),
+        );
+    };
     req.extensions_mut().insert(caller);
     next.run(req).await
 }
@@ -1094,6 +1144,7 @@ pub fn router(view: Arc<View>) -> Router {
         identities: Arc::default(),
         corehub: Arc::default(),
         updating: Arc::default(),
+        in_flight: Arc::default(),
     })
 }
 

@@ -264,7 +264,7 @@ impl CoreHub {
             match build().send().await {
                 Ok(resp) if resp.status().is_server_error() => {
                     let status = resp.status().as_u16();
-                    let body = resp.text().await.unwrap_or_default();
+                    let body = crate::bounded::error_text(resp).await;
                     last = Some(Error::Status {
                         what: what.into(),
                         status,
@@ -321,7 +321,7 @@ impl CoreHub {
             .await?;
         if !resp.status().is_success() {
             let status = resp.status().as_u16();
-            let text = resp.text().await.unwrap_or_default();
+            let text = crate::bounded::error_text(resp).await;
             return Err(Error::Unauthorized(format!(
                 "login as {username} answered {status}: {}",
                 truncate(&text)
@@ -332,10 +332,13 @@ impl CoreHub {
         struct LoginAnswer {
             api_token: String,
         }
-        let answer: LoginAnswer = resp.json().await.map_err(|e| Error::BadAnswer {
-            what: "login".into(),
-            reason: e.to_string(),
-        })?;
+        let answer: LoginAnswer = crate::bounded::read(resp, ANSWER_LIMIT)
+            .await
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .map_err(|reason| Error::BadAnswer {
+                what: "login".into(),
+                reason,
+            })?;
         *self.token.lock().await = Some(answer.api_token.clone());
         Ok(answer.api_token)
     }
@@ -379,14 +382,14 @@ impl CoreHub {
                 continue;
             }
             if status == 401 || status == 403 {
-                let body = resp.text().await.unwrap_or_default();
+                let body = crate::bounded::error_text(resp).await;
                 return Err(Error::Unauthorized(format!(
                     "{what} answered {status}: {}",
                     truncate(&body)
                 )));
             }
             if !resp.status().is_success() {
-                let body = resp.text().await.unwrap_or_default();
+                let body = crate::bounded::error_text(resp).await;
                 return Err(Error::Status {
                     what: what.into(),
                     status,
@@ -417,19 +420,19 @@ impl CoreHub {
         }
         let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
         match resp.status().as_u16() {
-            200 => resp
-                .json::<Me>()
+            200 => crate::bounded::read(resp, ANSWER_LIMIT)
                 .await
+                .and_then(|b| serde_json::from_slice::<Me>(&b).map_err(|e| e.to_string()))
                 .map(Some)
-                .map_err(|e| Error::BadAnswer {
+                .map_err(|reason| Error::BadAnswer {
                     what: "GET /authentication/me".into(),
-                    reason: e.to_string(),
+                    reason,
                 }),
             401 | 403 => Ok(None),
             status => Err(Error::Status {
                 what: "GET /authentication/me".into(),
                 status,
-                body: truncate(&resp.text().await.unwrap_or_default()),
+                body: truncate(&crate::bounded::error_text(resp).await),
             }),
         }
     }
@@ -725,6 +728,9 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// The largest login or identity answer GKO reads (both are a few hundred bytes).
+pub const ANSWER_LIMIT: usize = 64 * 1024;
 
 fn truncate(s: &str) -> String {
     let s = s.trim();
