@@ -37,8 +37,8 @@ fn code(result: Result<impl std::fmt::Debug, kube::Error>) -> u16 {
     }
 }
 
-/// GKO's Role as GKO's chart renders it in `namespace` (its ServiceAccount, Role, RoleBinding and the
-/// pair's Secret).
+/// GKO's Role as GKO's chart renders it in `namespace` (its ServiceAccount, Role, RoleBinding, the
+/// pair's Secret, and the admission policy that narrows what its ServiceAccount may write).
 fn chart_role(namespace: &str) -> anyhow::Result<String> {
     let chart = gko_test_support::repo_root().join("charts/gluesync-operator");
     let out = gko_test_support::control_plane()
@@ -58,7 +58,14 @@ fn chart_role(namespace: &str) -> anyhow::Result<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout)?;
-    let keep = ["ServiceAccount", "Role", "RoleBinding", "Secret"];
+    let keep = [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Secret",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
     let docs: Vec<&str> = text
         .split("\n---")
         .filter(|d| {
@@ -832,5 +839,233 @@ async fn a_caller_with_many_slow_calls_never_takes_every_slot() -> anyhow::Resul
     );
     assert_eq!(manager_answer?.0, 200);
     assert!(took < Duration::from_secs(5), "the manager waited {took:?}");
+    Ok(())
+}
+
+/// With the chart's admission policy, GKO's token changes a labelled workload's image (its job) but cannot
+/// make it run as another ServiceAccount, mount another Secret or a token, change its command, or create
+/// another Service; an admin can (the refusals are the policy's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gkos_token_cannot_run_a_workload_as_another_account_or_publish_another_service()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Service};
+    let ns = namespace("gko-policy").await?;
+    ns.apply(SAMPLE_INSTALL)?;
+    ns.apply(&chart_role(&ns.name)?)?;
+    ns.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: victim\n")?;
+    let gko = ns
+        .service_account_client("gluesync-gluesync-operator")
+        .await?;
+    let core_hub = "gluesync-gluesync-core-hub";
+    let as_gko: Api<StatefulSet> = Api::namespaced(gko.clone(), &ns.name);
+    let as_admin: Api<StatefulSet> = Api::namespaced(ns.client.clone(), &ns.name);
+    let patch = |v: serde_json::Value| Patch::Strategic(json!({"spec": {"template": {"spec": v}}}));
+    // The policy is in force once the API server has loaded it: wait until it refuses a Service of
+    // another name (a probe created before that is harmless).
+    let probes: Api<Service> = Api::namespaced(gko.clone(), &ns.name);
+    let mut probe = 0;
+    eventually(
+        "the admission policy to be in force",
+        Duration::from_secs(30),
+        || {
+            probe += 1;
+            let name = format!("probe-{probe}");
+            let probes = probes.clone();
+            async move {
+                let svc: Service = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                    "spec": {"ports": [{"port": 1}]},
+                }))?;
+                Ok(probes
+                    .create(&PostParams::default(), &svc)
+                    .await
+                    .is_err()
+                    .then_some(()))
+            }
+        },
+    )
+    .await?;
+    // Its job: a new image.
+    as_gko
+        .patch(
+            core_hub,
+            &PatchParams::default(),
+            &patch(json!({"containers": [{"name": "core-hub", "image": "molo17/gluesync-core-hub:2.3.2.2"}]})),
+        )
+        .await?;
+    let attacks = [
+        (
+            "another ServiceAccount",
+            json!({"serviceAccountName": "victim"}),
+        ),
+        (
+            "a projected token",
+            json!({"volumes": [{"name": "gluesync-disaster-recovery", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]}),
+        ),
+        (
+            "another Secret",
+            json!({"volumes": [{"name": "gluesync-disaster-recovery", "secret": {"secretName": "corehub-credentials"}}]}),
+        ),
+        (
+            "a Secret in the environment",
+            json!({"containers": [{"name": "core-hub", "env": [{"name": "GLUESYNC_DR_X", "valueFrom": {"secretKeyRef": {"name": "corehub-credentials", "key": "password"}}}]}]}),
+        ),
+        (
+            "another command",
+            json!({"containers": [{"name": "core-hub", "command": ["sh", "-c", "cat /var/run/secrets/*"]}]}),
+        ),
+        (
+            "a new container",
+            json!({"containers": [{"name": "sidecar", "image": "busybox"}]}),
+        ),
+    ];
+    for (what, change) in &attacks {
+        let refused = as_gko
+            .patch(core_hub, &PatchParams::default(), &patch(change.clone()))
+            .await;
+        match refused {
+            Err(kube::Error::Api(s)) => assert!(
+                s.message.contains("ValidatingAdmissionPolicy"),
+                "{what}: {}",
+                s.message
+            ),
+            other => panic!("{what}: GKO's token was let through: {other:?}"),
+        }
+    }
+    // The policy binds GKO's account alone: an admin makes the same change.
+    as_admin
+        .patch(
+            core_hub,
+            &PatchParams::default(),
+            &patch(json!({"serviceAccountName": "victim"})),
+        )
+        .await?;
+    // The disaster-recovery setup's own changes pass: its environment, volume and mount.
+    as_gko
+        .patch(
+            core_hub,
+            &PatchParams::default(),
+            &patch(json!({
+                "volumes": [{"name": "gluesync-disaster-recovery", "secret": {"secretName": "gluesync-disaster-recovery", "defaultMode": 256}}],
+                "containers": [{"name": "core-hub",
+                    "env": [{"name": "GLUESYNC_DR_ROLE", "value": "primary"}],
+                    "volumeMounts": [{"name": "gluesync-disaster-recovery", "mountPath": "/opt/gluesync/disaster-recovery", "readOnly": true}]}],
+            })),
+        )
+        .await?;
+    // Services: only the pair's.
+    let services: Api<Service> = Api::namespaced(gko, &ns.name);
+    let service = |name: &str| -> Service {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name},
+            "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": "gluesync-gluesync-grafana"},
+                     "ports": [{"port": 3000, "targetPort": 3000}]},
+        }))
+        .expect("a Service")
+    };
+    match services
+        .create(&PostParams::default(), &service("published"))
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message.contains("ValidatingAdmissionPolicy"),
+            "{}",
+            s.message
+        ),
+        other => panic!("another Service was created: {other:?}"),
+    }
+    services
+        .create(
+            &PostParams::default(),
+            &service("gluesync-disaster-recovery"),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Under the chart's Role and admission policy, GKO does all of its work: an update from the Core Hub
+/// UI, and a disaster-recovery pair set up and taken down again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gko_works_within_the_charts_role_and_admission_policy() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    let ns = namespace("chart-policy-work").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    ns.apply(&chart_role(&ns.name)?)?;
+    let client = ns
+        .service_account_client("gluesync-gluesync-operator")
+        .await?;
+    let (_gko, base) = Operator::start_serving_as(&ns, client)?;
+    wait_settled(&ns).await?;
+    let http = reqwest::Client::new();
+    let (code, body) = call(
+        http.post(format!("{base}/conductor/api/containers"))
+            .bearer_auth(sim.token_for("manager"))
+            .header("content-type", "application/json")
+            .body(json!({"action": "update", "ids": []}).to_string()),
+    )
+    .await?;
+    assert_eq!(
+        (code, &body["data"]["result"]),
+        (200, &json!("Succeeded")),
+        "{body}"
+    );
+
+    let admin = sim.token_for("admin");
+    let dr = format!("{base}/conductor/api/disaster-recovery");
+    let (code, body) = call(
+        http.put(&dr)
+            .bearer_auth(&admin)
+            .header("content-type", "application/json")
+            .body(
+                json!({"role": "primary", "peerAddress": "dr-b.example.com",
+                       "sharedSecret": "pair-secret-0123456789-abcdefghij-KLMNOP"})
+                .to_string(),
+            ),
+    )
+    .await?;
+    assert_eq!(code, 202, "{body}");
+    let phase = |g: &gluesync_operator::api::GluesyncPlatform| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.disaster_recovery.as_ref())
+            .map(|d| d.phase)
+    };
+    let g = wait_for_platform(&ns, "the pair Active or Failed", |g| {
+        matches!(
+            phase(g),
+            Some(
+                gluesync_operator::api::DisasterRecoveryPhase::Active
+                    | gluesync_operator::api::DisasterRecoveryPhase::Failed
+            )
+        )
+    })
+    .await?;
+    assert_eq!(
+        phase(&g),
+        Some(gluesync_operator::api::DisasterRecoveryPhase::Active),
+        "{:?}",
+        g.status.and_then(|s| s.disaster_recovery)
+    );
+    let services: Api<Service> = Api::namespaced(ns.client.clone(), &ns.name);
+    assert!(
+        services
+            .get_opt("gluesync-disaster-recovery")
+            .await?
+            .is_some()
+    );
+    let (code, body) = call(http.delete(&dr).bearer_auth(&admin)).await?;
+    assert_eq!(code, 202, "{body}");
+    wait_for_platform(&ns, "the pair taken down", |g| {
+        phase(g).is_none() && g.spec.disaster_recovery.is_none()
+    })
+    .await?;
+    assert!(
+        services
+            .get_opt("gluesync-disaster-recovery")
+            .await?
+            .is_none()
+    );
     Ok(())
 }

@@ -371,18 +371,88 @@ fn accepted(gsp: &GluesyncPlatform) -> Response {
     resp
 }
 
-/// Writes `spec.disasterRecovery` (or removes it), from the platform as read.
+/// Writes `spec.disasterRecovery` (or removes it), from the platform as read. When the platform changed
+/// since (most often GKO's own status write, which the watch cache had not shown yet), it is read again:
+/// if its `spec.disasterRecovery` is still the one the request was decided on, the write is tried again
+/// with it; otherwise the caller is told it changed meanwhile.
 async fn write_spec(
     api: &Api,
     gsp: &GluesyncPlatform,
     spec: Option<&DisasterRecoverySpec>,
 ) -> Result<GluesyncPlatform, Response> {
+    let mut read = gsp.clone();
+    for _ in 0..WRITE_TRIES {
+        let refused = match write_spec_once(api, &read, spec).await {
+            Ok(written) => return Ok(written),
+            Err(Written::Answer(resp)) => return Err(resp),
+            Err(Written::Stale) => None,
+            Err(Written::Refused(why)) => Some(why),
+        };
+        let fresh = KubeApi::<GluesyncPlatform>::namespaced(
+            api.view.writer.client().clone(),
+            &api.view.namespace,
+        )
+        .get(&gsp.name_any())
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
+            failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Could not write the setup",
+                "try again",
+            )
+        })?;
+        if let Some(why) = refused
+            && fresh.resource_version() == read.resource_version()
+        {
+            // Nothing changed: the API server refuses the setup itself.
+            return Err(failure(
+                StatusCode::BAD_REQUEST,
+                "The setup is not valid",
+                why,
+            ));
+        }
+        if fresh.spec.disaster_recovery != gsp.spec.disaster_recovery
+            || fresh.metadata.deletion_timestamp.is_some()
+        {
+            return Err(changed_meanwhile());
+        }
+        read = fresh;
+    }
+    Err(changed_meanwhile())
+}
+
+/// Tries of [`write_spec`] before it gives up.
+const WRITE_TRIES: usize = 5;
+
+fn changed_meanwhile() -> Response {
+    failure(
+        StatusCode::CONFLICT,
+        "The GluesyncPlatform changed meanwhile",
+        "read the state again and retry",
+    )
+}
+
+/// Why one write of the setup did not land.
+enum Written {
+    /// The platform is not at the resourceVersion it was read at.
+    Stale,
+    /// 422: the resourceVersion's `test` failed, or the API server refuses the setup.
+    Refused(String),
+    Answer(Response),
+}
+
+async fn write_spec_once(
+    api: &Api,
+    gsp: &GluesyncPlatform,
+    spec: Option<&DisasterRecoverySpec>,
+) -> Result<GluesyncPlatform, Written> {
     if !api.view.writer.leadership().is_leader() {
-        return Err(failure(
+        return Err(Written::Answer(failure(
             StatusCode::SERVICE_UNAVAILABLE,
             "This GKO is not the leader",
             "try again: the GKO that holds the Lease answers",
-        ));
+        )));
     }
     let platforms: KubeApi<GluesyncPlatform> =
         KubeApi::namespaced(api.view.writer.client().clone(), &api.view.namespace);
@@ -401,11 +471,11 @@ async fn write_spec(
         None => return Ok(gsp.clone()),
     }
     let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).map_err(|e| {
-        failure(
+        Written::Answer(failure(
             StatusCode::INTERNAL_SERVER_ERROR,
             "Could not write the setup",
             e.to_string(),
-        )
+        ))
     })?;
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -415,25 +485,17 @@ async fn write_spec(
         .patch(&gsp.name_any(), &params, &Patch::<()>::Json(patch))
         .await
         .map_err(|e| match e {
-            kube::Error::Api(s)
-                if s.code == 409 || (s.code == 422 && s.message.contains("test")) =>
-            {
-                failure(
-                    StatusCode::CONFLICT,
-                    "The GluesyncPlatform changed meanwhile",
-                    "read the state again and retry",
-                )
-            }
-            kube::Error::Api(s) if s.code == 422 => {
-                failure(StatusCode::BAD_REQUEST, "The setup is not valid", s.message)
-            }
+            kube::Error::Api(s) if s.code == 409 => Written::Stale,
+            // A failed `test` of the resourceVersion, or a setup the API server refuses: told apart by
+            // reading the platform again.
+            kube::Error::Api(s) if s.code == 422 => Written::Refused(s.message),
             e => {
                 tracing::warn!(error = %e, "writing spec.disasterRecovery failed");
-                failure(
+                Written::Answer(failure(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Could not write the setup",
                     "try again",
-                )
+                ))
             }
         })
 }

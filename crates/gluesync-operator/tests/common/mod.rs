@@ -77,6 +77,20 @@ impl Operator {
         ))
     }
 
+    /// Runs GKO with the rights of `client`, serving the Conductor API.
+    pub fn start_serving_as(
+        ns: &TestNamespace,
+        client: Client,
+    ) -> anyhow::Result<(Operator, String)> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        drop(listener);
+        Ok((
+            Self::start_on(ns, client, Some(addr), None),
+            format!("http://{addr}"),
+        ))
+    }
+
     /// Runs GKO with only the rights of deploy/rbac.yaml's Role, serving the Conductor API.
     pub async fn start_serving_with_role(ns: &TestNamespace) -> anyhow::Result<(Operator, String)> {
         ns.apply(RBAC)?;
