@@ -251,8 +251,22 @@ impl Decision {
     }
 }
 
-pub(crate) fn secs(from: &Time, to: &Time) -> i64 {
-    (to.0.as_second() - from.0.as_second()).max(0)
+/// The milliseconds from `from` to `to` (0 when `to` is earlier), from the timestamps themselves.
+pub(crate) fn millis(from: &Time, to: &Time) -> i64 {
+    (to.0.as_millisecond() - from.0.as_millisecond()).max(0)
+}
+
+/// `t` rounded up to its next whole second. The API server keeps a status's times to the second, rounded
+/// down: a start recorded from `t` itself would come back earlier than it was, and shorten what is
+/// measured from it (a stability window by up to a second).
+pub(crate) fn up_to_second(t: &Time) -> Time {
+    let whole = t.0.as_second();
+    let up = if t.0.subsec_nanosecond() > 0 {
+        whole + 1
+    } else {
+        whole
+    };
+    Time(jiff::Timestamp::from_second(up).unwrap_or(t.0))
 }
 
 pub(crate) fn plus(t: &Time, seconds: i64) -> Time {

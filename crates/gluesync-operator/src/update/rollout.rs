@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Action, Decision, Observed, move_to, passed, plus, secs, settle_outcome};
+use super::{
+    Action, Decision, Observed, millis, move_to, passed, plus, settle_outcome, up_to_second,
+};
 use crate::{
     api::{
         ComponentState, ComponentType, GluesyncPlatform, PlannedComponent, StableWindow,
@@ -93,7 +95,7 @@ pub(crate) fn stable_on(
     if spec_changed && w.ready {
         let restarts = on_image().map(|p| (key(p), p.restarts)).collect();
         let stable = stable.get_or_insert_with(|| StableWindow {
-            since: now.clone(),
+            since: up_to_second(now),
             restarts,
         });
         let restarted = on_image().any(|p| {
@@ -103,11 +105,12 @@ pub(crate) fn stable_on(
                 .is_none_or(|before| p.restarts > *before)
         });
         if !restarted {
-            let stable_for = secs(&stable.since, now);
-            if stable_for >= window {
+            let window_ms = window.max(0) * 1000;
+            let stable_for = millis(&stable.since, now);
+            if stable_for >= window_ms {
                 return Ok(true);
             }
-            d.requeue(Duration::from_secs((window - stable_for).max(1) as u64));
+            d.requeue(Duration::from_millis((window_ms - stable_for) as u64 + 10));
             return Ok(false);
         }
     }

@@ -229,11 +229,16 @@ impl World {
 
     /// One decision at second `now`, its status put on the platform, its background work carried out.
     fn step(&mut self, g: &mut GluesyncPlatform, now: i64) -> Decision {
+        self.step_at(g, at(now))
+    }
+
+    /// [`World::step`] at a time to the millisecond.
+    fn step_at(&mut self, g: &mut GluesyncPlatform, now: Time) -> Decision {
         let report = self.hub.report.clone();
         let d = decide(
             g,
             &Observed {
-                now: at(now),
+                now: now.clone(),
                 workloads: &self.workloads,
                 corehub: &report,
                 catalog: self.answer.as_ref(),
@@ -277,11 +282,13 @@ impl World {
         {
             self.answer = Some(Answer {
                 token: check.token.clone(),
-                at: at(now),
+                at: now.clone(),
                 result: Ok(cat.clone()),
             });
         }
-        self.hub.serve(d.corehub.as_ref(), now);
+        // The small Core Hub keeps whole seconds.
+        self.hub
+            .serve(d.corehub.as_ref(), now.0.as_second() - 1_800_000_000);
         d
     }
 
@@ -918,6 +925,54 @@ fn core_hub_must_stay_ready_for_the_window_and_a_warm_up_restart_does_not_count(
     );
     let events = world.until(&mut g, 16, Resume);
     assert_eq!(events[0].reason, "CoreHubUpdated");
+}
+
+/// `at`, to the millisecond.
+fn at_ms(millis: i64) -> Time {
+    Time(jiff::Timestamp::from_millisecond(1_800_000_000_000 + millis).unwrap())
+}
+
+#[test]
+fn the_stability_window_is_never_shorter_than_asked_across_a_second_boundary() {
+    // Ready just before a second boundary (2.9 s), and exactly on one (3.0 s): a 10 s window passes at
+    // 13.0 s in both, never at 12.x (which whole seconds of both times would have let through at 12.1).
+    for ready in [2_900, 3_000] {
+        let (mut g, mut world) = drained_start(Hub::new(&[], &[]), serde_json::json!({}));
+        world.until(&mut g, 1, CoreHub);
+        world.step(&mut g, 2);
+        world.roll_out(&g, &["core-hub", "agent-mssql"]);
+        world.step_at(&mut g, at_ms(ready));
+        let since = planned(&g, "core-hub")
+            .stable
+            .as_ref()
+            .unwrap()
+            .since
+            .clone();
+        assert_eq!(
+            since,
+            at(3),
+            "recorded as the API server keeps it, never earlier"
+        );
+        for early in [12_100, 12_999] {
+            let d = world.step_at(&mut g, at_ms(early));
+            assert_eq!(
+                update(&g).step.name(),
+                CoreHub,
+                "{ready}: not yet at {early} ms"
+            );
+            let again = d.requeue.expect("a look again");
+            assert!(
+                again <= Duration::from_millis((13_000 - early) as u64 + 10),
+                "{again:?}"
+            );
+        }
+        let d = world.step_at(&mut g, at_ms(13_000));
+        assert!(
+            d.events.iter().any(|e| e.reason == "CoreHubUpdated"),
+            "{ready}: passed at 13.0 s: {:?}",
+            d.events
+        );
+    }
 }
 
 #[test]
