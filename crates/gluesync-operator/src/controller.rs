@@ -211,7 +211,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
             }
             match view.writer.write_status(&gsp, &split.status).await {
                 Ok(mut written) => {
-                    remove_stale_lists(view, &written, &split.status).await;
+                    remove_stale_lists(view, &written, gsp.status.as_ref(), &split.status).await;
                     ctx.lists
                         .remember(&uid, &split.status.spilled_lists, &mut decision.status);
                     drop(split);
@@ -297,17 +297,19 @@ async fn write_lists(view: &View, configmaps: &[ConfigMap]) -> Result<(), kube::
     Ok(())
 }
 
-/// Deletes the ConfigMaps of lists the written status no longer spills.
-async fn remove_stale_lists(view: &View, gsp: &GluesyncPlatform, written: &GluesyncPlatformStatus) {
+/// Deletes the ConfigMaps of lists the written status no longer spills (`before`: the status it
+/// replaced; one already gone is fine).
+async fn remove_stale_lists(
+    view: &View,
+    gsp: &GluesyncPlatform,
+    before: Option<&GluesyncPlatformStatus>,
+    written: &GluesyncPlatformStatus,
+) {
     let cached = view.spilled.state();
     let refs: Vec<_> = cached.iter().map(|c| c.as_ref()).collect();
-    for cm in spill::stale(gsp, written, &refs) {
-        if let Err(e) = view
-            .writer
-            .delete_configmap(&view.namespace, &cm.name_any())
-            .await
-        {
-            warn!(configmap = %cm.name_any(), error = %e, "deleting a ConfigMap no list names failed");
+    for name in spill::stale(gsp, before, written, &refs) {
+        if let Err(e) = view.writer.delete_configmap(&view.namespace, &name).await {
+            warn!(configmap = %name, error = %e, "deleting a ConfigMap no list names failed");
         }
     }
 }

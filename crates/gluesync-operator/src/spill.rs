@@ -274,25 +274,33 @@ fn read(
     Ok(all.into())
 }
 
-/// ConfigMaps of this platform that no list of `status` (as written) names any more.
-pub fn stale<'a>(
+/// The names of the ConfigMaps of this platform that no list of `written` names any more: those the
+/// cache holds, and those the status it replaced (`before`) named, which the cache may not hold yet (one
+/// written just before, by this GKO): a list's ConfigMaps never outlive the status that names them.
+pub fn stale(
     gsp: &GluesyncPlatform,
+    before: Option<&GluesyncPlatformStatus>,
     written: &GluesyncPlatformStatus,
-    configmaps: &[&'a ConfigMap],
-) -> Vec<&'a ConfigMap> {
+    configmaps: &[&ConfigMap],
+) -> BTreeSet<String> {
     let name = gsp.name_any();
-    let wanted: BTreeSet<String> = written
-        .spilled_lists
-        .iter()
-        .filter(|(_, s)| valid(s))
-        .flat_map(|(list, s)| {
-            (0..s.config_maps as usize).map(|n| configmap_name(&name, list, Some(&s.digest), n))
-        })
-        .collect();
+    let names = |status: &GluesyncPlatformStatus| -> BTreeSet<String> {
+        status
+            .spilled_lists
+            .iter()
+            .filter(|(_, s)| valid(s))
+            .flat_map(|(list, s)| {
+                (0..s.config_maps as usize).map(|n| configmap_name(&name, list, Some(&s.digest), n))
+            })
+            .collect()
+    };
+    let wanted = names(written);
     configmaps
         .iter()
-        .filter(|c| c.labels().get(LABEL) == Some(&name) && !wanted.contains(&c.name_any()))
-        .copied()
+        .filter(|c| c.labels().get(LABEL) == Some(&name))
+        .map(|c| c.name_any())
+        .chain(before.map(names).unwrap_or_default())
+        .filter(|n| !wanted.contains(n))
         .collect()
 }
 
@@ -395,11 +403,22 @@ mod tests {
     fn configmaps_no_list_names_are_stale() {
         let big = paused(30_000).1;
         let refs: Vec<&ConfigMap> = big.configmaps.iter().collect();
-        assert!(stale(&gsp(), &big.status, &refs).is_empty());
+        assert!(stale(&gsp(), None, &big.status, &refs).is_empty());
         assert_eq!(
-            stale(&gsp(), &GluesyncPlatformStatus::default(), &refs).len(),
+            stale(&gsp(), None, &GluesyncPlatformStatus::default(), &refs).len(),
             2
         );
+        // The ConfigMaps the replaced status named are stale even when the cache does not hold them yet.
+        assert_eq!(
+            stale(
+                &gsp(),
+                Some(&big.status),
+                &GluesyncPlatformStatus::default(),
+                &[]
+            ),
+            big.configmaps.iter().map(|c| c.name_any()).collect()
+        );
+        assert!(stale(&gsp(), Some(&big.status), &big.status, &[]).is_empty());
         assert!(unchanged(&big.configmaps[0], &refs));
     }
 
@@ -423,7 +442,10 @@ mod tests {
         Known::default().join(&gsp(), &mut back, &refs).unwrap();
         assert_eq!(back, a, "a GKO that starts again reads A whole");
         // And once the status names B, A's ConfigMaps are stale.
-        assert_eq!(stale(&gsp(), &sb.status, &refs).len(), sa.configmaps.len());
+        assert_eq!(
+            stale(&gsp(), Some(&sa.status), &sb.status, &refs).len(),
+            sa.configmaps.len()
+        );
     }
 
     #[test]
@@ -449,7 +471,7 @@ mod tests {
                 .contains(&"gluesync-pausedpipelines-0".to_string())
         );
         // Written again, they are replaced by the names with the digest.
-        assert_eq!(stale(&gsp(), &s.status, &refs).len(), old.len());
+        assert_eq!(stale(&gsp(), None, &s.status, &refs).len(), old.len());
     }
 
     #[test]

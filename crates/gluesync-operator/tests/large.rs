@@ -89,14 +89,35 @@ async fn lists_beyond_the_status_limit_live_in_configmaps() -> anyhow::Result<()
     )
     .await?;
     assert!(sim.calls().enter.values().all(|n| *n == 1));
-    // The ConfigMaps of the ledger are gone; those of the last attempt stay.
-    let names: Vec<String> = configmaps
-        .list(&ListParams::default().labels("gluesync.molo17.com/spilled-list=gluesync"))
-        .await?
-        .items
-        .iter()
-        .map(|c| c.name_any())
-        .collect();
-    assert!(names.iter().all(|n| n.contains("lastattempt")), "{names:?}");
+    // The ConfigMaps of the ledger go right after the status that no longer names them (GKO deletes
+    // them after that write, as a user would see within moments); those of the last attempt stay.
+    let names = || async {
+        anyhow::Ok(
+            configmaps
+                .list(&ListParams::default().labels("gluesync.molo17.com/spilled-list=gluesync"))
+                .await?
+                .items
+                .iter()
+                .map(|c| c.name_any())
+                .collect::<Vec<String>>(),
+        )
+    };
+    eventually(
+        "the ledger's ConfigMaps to go",
+        Duration::from_secs(30),
+        || async {
+            let names = names().await?;
+            Ok(names
+                .iter()
+                .all(|n| n.contains("lastattempt"))
+                .then_some(()))
+        },
+    )
+    .await?;
+    let left = names().await?;
+    assert!(
+        !left.is_empty() && left.iter().all(|n| n.contains("lastattempt")),
+        "{left:?}"
+    );
     Ok(())
 }
