@@ -778,6 +778,7 @@ fn the_argocd_cm_snippet_carries_the_same_script() {
 fn the_argocd_docs_yaml_parses_and_every_ignore_rule_names_its_group() {
     let mut blocks = 0;
     let mut rules = 0;
+    let mut statefulset_rules = 0;
     for block in ARGOCD_DOC.split("```yaml\n").skip(1) {
         let yaml = block.split("```").next().unwrap_or_default();
         let doc: Value = serde_yaml::from_str(yaml).unwrap_or_else(|e| {
@@ -796,15 +797,33 @@ fn the_argocd_docs_yaml_parses_and_every_ignore_rule_names_its_group() {
                 rule["group"].is_string() && rule["kind"].is_string(),
                 "an ignoreDifferences rule without group or kind: {rule}"
             );
-            if rule["kind"] == "StatefulSet" || rule["kind"] == "Deployment" {
-                // Labels cannot scope an ignore rule: workloads are named.
+            if rule["kind"] == "Deployment" {
+                // Labels cannot scope an ignore rule: Deployments are named.
                 assert!(
                     rule["name"].is_string(),
-                    "a workload rule without a name: {rule}"
+                    "a Deployment rule without a name: {rule}"
+                );
+            }
+            if rule["kind"] == "StatefulSet" {
+                // As the product docs: every StatefulSet's image (agents, pinned third-party ones too).
+                statefulset_rules += 1;
+                assert!(
+                    rule.get("name").is_none(),
+                    "a StatefulSet rule names one StatefulSet, the others' images would be put back: {rule}"
+                );
+                assert!(
+                    rule["jqPathExpressions"].as_array().is_some_and(|e| e
+                        .iter()
+                        .any(|e| e == ".spec.template.spec.containers[].image")),
+                    "{rule}"
                 );
             }
         }
     }
+    assert!(
+        statefulset_rules >= 2,
+        "both policies' Applications ignore the StatefulSets' images"
+    );
     assert!(
         blocks >= 3 && rules >= 4,
         "docs/argocd.md lost its Application examples"
