@@ -102,11 +102,10 @@ and by the Gluesync kit.
 {{- $version = dig "spec" "version" $version $live -}}
 {{- $modules = dig "spec" "modules" $modules $live -}}
 {{- end -}}
-{{- /* requestID: the live value (the Core Hub UI's last request), except a new one from Git under gitops. */ -}}
+{{- /* requestID: the live value under both policies (the Core Hub UI's last request, or a retry with
+kubectl); the value seeds the first install only. A value winning under gitops would write an old request
+back on every upgrade after a kubectl retry, which counts as a new request. */ -}}
 {{- $requestID := dig "spec" "requestID" $p.requestID $live -}}
-{{- if and (eq .policy "gitops") $p.requestID -}}
-{{- $requestID = $p.requestID -}}
-{{- end -}}
 {{- /* disasterRecovery: under ui the live value once the platform exists (the Core Hub UI sets the pair up and
 takes it down; the values seed the first install), under gitops the values. */ -}}
 {{- $dr := $p.disasterRecovery | default dict -}}

@@ -68,6 +68,14 @@ pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
 
 #[cfg(test)]
 mod tests {
+    /// GKO is open source under the license Cargo.toml names, and the repository carries its text.
+    #[test]
+    fn the_license_file_is_the_license_cargo_names() {
+        let text = include_str!("../../../LICENSE");
+        assert_eq!(env!("CARGO_PKG_LICENSE"), "Apache-2.0");
+        assert!(text.contains("Apache License") && text.contains("Version 2.0, January 2004"));
+    }
+
     /// The checked-in CRD is the one the types generate.
     #[test]
     fn checked_in_crd_matches_the_types() {

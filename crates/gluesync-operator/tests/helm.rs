@@ -422,6 +422,41 @@ async fn the_kit_installs_and_helm_upgrade_keeps_what_the_ui_updated() -> anyhow
     Ok(())
 }
 
+/// Under gitops too, `helm upgrade` keeps the live `spec.requestID`: a retry made with kubectl is not
+/// undone by the next upgrade (which would count as a new request and move unpinned modules).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_gitops_helm_upgrade_keeps_a_retry_made_with_kubectl() -> anyhow::Result<()> {
+    let (ns, sim) = install_kit(
+        "helm-gitops-retry",
+        &[
+            "operator.updatePolicy=gitops",
+            "operator.platform.requestID=from-git-1",
+        ],
+    )
+    .await?;
+    let request_id = |ns: &TestNamespace| {
+        ns.kubectl(&["get", "gsp", "gluesync", "-o", "jsonpath={.spec.requestID}"])
+    };
+    assert_eq!(
+        request_id(&ns)?,
+        "from-git-1",
+        "the value seeds the first install"
+    );
+    patch_spec(&ns, json!({"requestID": "retry-1"})).await?;
+    helm_kit(&ns, &["upgrade", "--reuse-values"], &sim, &[])?;
+    assert_eq!(request_id(&ns)?, "retry-1", "the live value is kept");
+    // A new version from Git still wins.
+    helm_kit(
+        &ns,
+        &["upgrade", "--reuse-values"],
+        &sim,
+        &["gluesyncCoreHub.tag=2.3.2.2"],
+    )?;
+    assert_eq!(spec_version(&ns)?, "2.3.2.2");
+    assert_eq!(request_id(&ns)?, "retry-1");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_gitops_a_helm_upgrade_runs_the_update_through_gko() -> anyhow::Result<()> {
     let (ns, sim) = install_kit("helm-gitops", &["operator.updatePolicy=gitops"]).await?;

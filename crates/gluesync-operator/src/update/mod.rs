@@ -549,16 +549,21 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         .as_ref()
         .map(|t| plus(t, gsp.spec.drain_timeout_seconds));
     pipelines::ledger(gsp, obs, &mut d, deadline.as_ref());
-    let settled = d.status.paused_pipelines.is_empty()
-        && d.status.late_maintenance.is_none()
-        && d.status.self_update.is_none()
-        && disaster::settled(d.status.disaster_recovery.as_ref());
+    // A deleted platform waits for GKO's own update and a disaster-recovery teardown to end, however
+    // long they take (each has its own timeouts); only Core Hub's resuming of the pipelines is given up
+    // after drainTimeoutSeconds.
+    let others_settled =
+        d.status.self_update.is_none() && disaster::settled(d.status.disaster_recovery.as_ref());
+    let settled = others_settled
+        && d.status.paused_pipelines.is_empty()
+        && d.status.late_maintenance.is_none();
     let has_finalizer = gsp.finalizers().iter().any(|f| f == FINALIZER);
     if !has_finalizer && !deleting && !disaster::settled(d.status.disaster_recovery.as_ref()) {
         // A setup in place is put back before the platform goes.
         d.actions.insert(0, Action::AddFinalizer);
     }
-    if has_finalizer && (settled || deadline.as_ref().is_some_and(|t| passed(t, &obs.now))) {
+    let given_up = others_settled && deadline.as_ref().is_some_and(|t| passed(t, &obs.now));
+    if has_finalizer && (settled || given_up) {
         if deleting && !settled {
             let left = &d.status.paused_pipelines;
             d.event(

@@ -1652,6 +1652,17 @@ fn a_deleted_platform_starts_no_self_update_and_keeps_its_finalizer_while_one_ru
         "{:?}",
         d.actions
     );
+    // Also past drainTimeoutSeconds (300 s) after the deletion: the self-update has its own timeout.
+    let d = world.step(&mut g, 101 + 300 + 50);
+    assert!(
+        g.status.as_ref().is_some_and(|s| s.self_update.is_some()),
+        "still rolling out"
+    );
+    assert!(
+        !d.actions.contains(&Action::RemoveFinalizer),
+        "the finalizer stays until GKO's own update has ended: {:?}",
+        d.actions
+    );
 }
 
 #[test]
