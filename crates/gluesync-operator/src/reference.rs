@@ -475,7 +475,8 @@ fn write_names(out: &mut String) {
             api::SELF_UPDATE_ANNOTATION,
             "annotation on GKO's own Deployment",
             "`Scheduled`, `RollingOut` or `RollingBack` while GKO updates itself (it mirrors \
-             `status.selfUpdate.phase`); during `RollingOut` and `RollingBack` the Conductor API answers 503."
+             `status.selfUpdate.phase`, and may lag it); while `status.selfUpdate.phase` is `RollingOut` \
+             or `RollingBack` the Conductor API answers 503."
                 .to_string(),
         ),
         (

@@ -534,7 +534,7 @@ async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Res
         "configmaps [] [] [get list watch create patch delete]",
         "deployments.apps [] [] [get list watch patch]",
         "events.events.k8s.io [] [] [create patch]",
-        "gluesyncplatforms.gluesync.molo17.com/status [] [] [get patch update]",
+        "gluesyncplatforms.gluesync.molo17.com/status [] [] [patch]",
         "gluesyncplatforms.gluesync.molo17.com [] [] [get list watch patch]",
         "leases.coordination.k8s.io [] [] [get create update]",
         "pods [] [] [get list watch delete]",
