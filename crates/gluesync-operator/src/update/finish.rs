@@ -43,16 +43,15 @@ pub(super) fn finish(
             .as_ref()
             .map_or_else(|| format!("{result:?}"), |o| o.message.clone()),
         UpdateResult::Degraded => {
-            let mut parts: Vec<String> = modules_failed
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{} rolled back: {}",
-                        c.name,
-                        c.message.clone().unwrap_or_default()
-                    )
-                })
-                .collect();
+            // Why the update stopped early, when it did (a deletion during Modules), then what it left.
+            let mut parts: Vec<String> = u.outcome.iter().map(|o| o.message.clone()).collect();
+            parts.extend(modules_failed.iter().map(|c| {
+                format!(
+                    "{} rolled back: {}",
+                    c.name,
+                    c.message.clone().unwrap_or_default()
+                )
+            }));
             if !not_resumed.is_empty() {
                 parts.push(format!(
                     "{} pipelines not resumed yet (GKO keeps resuming them)",
@@ -144,9 +143,18 @@ pub(super) fn finish(
         paused_pipelines: paused_all,
         resumed_pipelines: u.resumed_pipelines.clone(),
     };
+    // The Core Hub version before and after (the product docs' history): after a rollback or a refusal,
+    // the version that still runs; the version asked for is in `lastAttempt.target` and the message.
+    let to = match (&u.target, result) {
+        (None, _) => None,
+        (Some(target), UpdateResult::Succeeded | UpdateResult::Degraded) => {
+            Some(target.split('-').next().unwrap_or(target).to_string())
+        }
+        (Some(_), UpdateResult::Failed | UpdateResult::Refused) => u.from.clone(),
+    };
     let entry = HistoryEntry {
         from: u.from.clone(),
-        to: u.target.clone(),
+        to,
         result,
         message: message.clone(),
         request_id: u.request_id.clone(),

@@ -401,25 +401,28 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
 /// finalizer goes. A module being rolled out is left to finish its own rollout.
 fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time, d: &mut Decision) {
     let why = "the GluesyncPlatform is being deleted".to_string();
+    // The result says what the update did, as for any other: Refused while Core Hub was not changed yet,
+    // Failed once its change is put back, Degraded when Core Hub was updated and modules were left.
     let next = match u.step.name() {
-        UpdateStep::Preflight | UpdateStep::Snapshot | UpdateStep::Modules => {
-            Some(UpdateStep::Finish)
+        UpdateStep::Preflight | UpdateStep::Snapshot => {
+            Some((UpdateStep::Finish, UpdateResult::Refused))
         }
-        UpdateStep::Drain => Some(UpdateStep::Resume),
+        UpdateStep::Modules => Some((UpdateStep::Finish, UpdateResult::Degraded)),
+        UpdateStep::Drain => Some((UpdateStep::Resume, UpdateResult::Refused)),
         UpdateStep::CoreHub => {
             let patched = rollout::start_core_rollback(u);
             Some(if patched {
-                UpdateStep::CoreHubRollback
+                (UpdateStep::CoreHubRollback, UpdateResult::Failed)
             } else {
-                UpdateStep::Resume
+                (UpdateStep::Resume, UpdateResult::Refused)
             })
         }
         UpdateStep::CoreHubRollback | UpdateStep::Resume | UpdateStep::Finish => None,
     };
-    if let Some(next) = next {
+    if let Some((next, result)) = next {
         settle_outcome(
             u,
-            UpdateResult::Failed,
+            result,
             format!("{why}: the update was stopped during {:?}", u.step.name()),
         );
         d.status.message = Some(format!("{why}; stopping the update safely"));

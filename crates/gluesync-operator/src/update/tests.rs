@@ -835,9 +835,16 @@ fn deleting_the_platform_during_drain_resumes_and_lets_it_go() {
     assert!(reasons(&events).contains(&"UpdateCancelled"), "{events:?}");
     assert_eq!(world.hub.exits.len(), 2, "both asked out");
     world.step(&mut g, 2);
+    // Core Hub was never changed: the update is Refused (Failed means Core Hub was rolled back), and the
+    // history's `to` is the version that still runs.
     assert_eq!(
         status(&g).last_attempt.as_ref().unwrap().result,
-        UpdateResult::Failed
+        UpdateResult::Refused
+    );
+    let entry = &status(&g).history[0];
+    assert_eq!(
+        (entry.from.as_deref(), entry.to.as_deref()),
+        (Some("2.3.2.1"), Some("2.3.2.1"))
     );
     let d = world.step(&mut g, 3);
     assert!(
@@ -865,6 +872,16 @@ fn deleting_the_platform_during_core_hub_puts_core_hub_back() {
     world.until(&mut g, 3, Finish);
     world.step(&mut g, 3);
     assert!(world.hub.in_maintenance().is_empty());
+    // Core Hub was rolled back: Failed, and the history says which version runs after it.
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().result,
+        UpdateResult::Failed
+    );
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().target.as_deref(),
+        Some("2.3.2.2")
+    );
+    assert_eq!(status(&g).history[0].to.as_deref(), Some("2.3.2.1"));
     let d = world.step(&mut g, 4);
     assert!(d.actions.contains(&Action::RemoveFinalizer));
 }
