@@ -6,9 +6,9 @@
 //!   each answer: a connection that sends nothing, half a request, or nothing more after an answer (an
 //!   idle keep-alive or HTTP/2 connection) is closed. A request in flight is bounded by the handlers'
 //!   own timeouts, not by this one.
-//! - At most [`Limits::connections`] are open at once. At the bound, a new connection closes the oldest
-//!   one with no request in flight, so that silent connections can never keep a caller out; when every
-//!   connection has a request in flight, the new one is closed at once.
+//! - At most [`Limits::connections`] are open at once. At the bound, a new connection closes the one that
+//!   has been idle the longest (no request in flight), so that silent connections can never keep a caller
+//!   out; when every connection has a request in flight, the new one is closed at once.
 //! - At most [`Limits::streams`] requests at once on one HTTP/2 connection.
 //!
 //! The counters say what was closed and why (`gluesync_operator_http_connections_closed_total`).
@@ -70,12 +70,6 @@ struct Conn {
     close: Notify,
 }
 
-impl Conn {
-    fn idle(&self) -> bool {
-        self.busy.borrow().0 == 0
-    }
-}
-
 /// A request in flight on a connection; the connection counts as idle again when the last one ends.
 struct Busy(Arc<Conn>);
 
@@ -104,12 +98,22 @@ struct Registry {
 }
 
 impl Registry {
-    /// Registers a new connection, closing the oldest idle one at the bound; `None` when every open
+    /// Registers a new connection, closing the one idle the longest at the bound; `None` when every open
     /// connection has a request in flight.
     fn admit(&self, limits: &Limits) -> Option<(u64, Arc<Conn>)> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if open.1.len() >= limits.connections {
-            let oldest_idle = open.1.iter().find(|(_, c)| c.idle()).map(|(id, _)| *id);
+            // The connection idle the longest: a new one that has not sent its request yet is the
+            // last to go.
+            let oldest_idle = open
+                .1
+                .iter()
+                .filter_map(|(id, c)| {
+                    let (busy, since) = *c.busy.borrow();
+                    (busy == 0).then_some((since, *id))
+                })
+                .min()
+                .map(|(_, id)| id);
             let Some(id) = oldest_idle else {
                 limits.counters.refused.inc();
                 return None;

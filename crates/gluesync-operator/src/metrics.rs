@@ -122,7 +122,7 @@ impl Default for Metrics {
         registry.register(
             "http_connections_closed",
             "Connections GKO closed: idle (no complete request within the header timeout), evicted \
-             (the oldest idle one, for a new connection at the bound), refused (at the bound, none idle)",
+             (the one idle the longest, for a new connection at the bound), refused (at the bound, none idle)",
             connections_closed.clone(),
         );
         Metrics {

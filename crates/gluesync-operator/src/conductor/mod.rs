@@ -45,7 +45,7 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests served at once.
 pub const MAX_REQUESTS: usize = 256;
-/// Connections open at once (at the bound a new one closes the oldest idle one, see [`crate::listener`]).
+/// Connections open at once (at the bound a new one closes the one idle the longest, see [`crate::listener`]).
 pub const MAX_CONNECTIONS: usize = 512;
 /// Requests at once on one HTTP/2 connection.
 pub const HTTP2_STREAMS: u32 = 32;
