@@ -2,10 +2,11 @@
 //! hold a connection only while it uses it.
 //!
 //! - A connection must send a complete request (its headers) within [`Limits::request_header`] of being
-//!   accepted (a TLS handshake and the HTTP/1-or-HTTP/2 detection included) and again within as long of
-//!   each answer: a connection that sends nothing, half a request, or nothing more after an answer (an
-//!   idle keep-alive or HTTP/2 connection) is closed. A request in flight is bounded by the handlers'
-//!   own timeouts, not by this one.
+//!   accepted (a TLS handshake and the HTTP/1-or-HTTP/2 detection included): a connection that sends
+//!   nothing or half a request is closed. After an answer, a keep-alive or HTTP/2 connection that sends
+//!   no new request within [`Limits::keep_alive`] is closed (longer than the header timeout, and than the
+//!   60 s an ingress keeps its idle upstream connections, so that GKO never closes one an ingress is
+//!   about to reuse). A request in flight is bounded by the handlers' own timeouts, not by these.
 //! - At most [`Limits::connections`] are open at once. At the bound, a new connection closes the one that
 //!   has been idle the longest (no request in flight), so that silent connections can never keep a caller
 //!   out; when every connection has a request in flight, the new one is closed at once.
@@ -44,8 +45,10 @@ const DRAIN: Duration = Duration::from_secs(5);
 pub struct Limits {
     /// Connections open at once.
     pub connections: usize,
-    /// Time a connection has to send a complete request, from its start and after each answer.
+    /// Time a new connection has to send a complete request.
     pub request_header: Duration,
+    /// Time a connection that was answered has to send its next request.
+    pub keep_alive: Duration,
     /// Requests at once on one HTTP/2 connection.
     pub streams: u32,
     pub counters: Counters,
@@ -64,10 +67,17 @@ pub struct Counters {
     pub refused: Counter,
 }
 
-/// One open connection: how many requests it has in flight and since when it has had none.
+/// One open connection: how many requests it has in flight, since when it has had none, and whether it
+/// was answered once.
 struct Conn {
-    busy: watch::Sender<(usize, Instant)>,
+    busy: watch::Sender<(usize, Instant, bool)>,
     close: Notify,
+}
+
+impl Conn {
+    fn in_flight(&self) -> usize {
+        self.busy.borrow().0
+    }
 }
 
 /// A request in flight on a connection; the connection counts as idle again when the last one ends.
@@ -75,16 +85,17 @@ struct Busy(Arc<Conn>);
 
 impl Busy {
     fn new(conn: &Arc<Conn>) -> Busy {
-        conn.busy.send_modify(|(n, _)| *n += 1);
+        conn.busy.send_modify(|(n, _, _)| *n += 1);
         Busy(conn.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.busy.send_modify(|(n, since)| {
+        self.0.busy.send_modify(|(n, since, answered)| {
             *n = n.saturating_sub(1);
             *since = Instant::now();
+            *answered = true;
         });
     }
 }
@@ -109,7 +120,7 @@ impl Registry {
                 .1
                 .iter()
                 .filter_map(|(id, c)| {
-                    let (busy, since) = *c.busy.borrow();
+                    let (busy, since, _) = *c.busy.borrow();
                     (busy == 0).then_some((since, *id))
                 })
                 .min()
@@ -126,7 +137,7 @@ impl Registry {
         open.0 += 1;
         let id = open.0;
         let conn = Arc::new(Conn {
-            busy: watch::channel((0, Instant::now())).0,
+            busy: watch::channel((0, Instant::now(), false)).0,
             close: Notify::new(),
         });
         open.1.insert(id, conn.clone());
@@ -298,22 +309,44 @@ impl Connection {
         tokio::pin!(served);
         let mut busy = self.conn.busy.subscribe();
         let goodbye = loop {
-            let (in_flight, since) = *busy.borrow_and_update();
-            let idle_until = since + self.limits.request_header;
+            let (in_flight, since, answered) = *busy.borrow_and_update();
+            let idle_until = since
+                + if answered {
+                    self.limits.keep_alive
+                } else {
+                    self.limits.request_header
+                };
             tokio::select! {
                 _ = &mut served => return,
-                _ = self.conn.close.notified() => return,
+                // Evicted: closed at once while idle; a request that started meanwhile is answered.
+                _ = self.conn.close.notified() => {
+                    if self.conn.in_flight() == 0 {
+                        return;
+                    }
+                    break true;
+                }
                 _ = self.stop.wait_for(|s| *s) => break false,
                 _ = busy.changed() => {}
-                _ = tokio::time::sleep_until(idle_until), if in_flight == 0 => break true,
+                // A request may have begun in the same poll: only a connection still idle goes.
+                _ = tokio::time::sleep_until(idle_until), if in_flight == 0 => {
+                    if self.conn.in_flight() == 0 {
+                        self.limits.counters.idle.inc();
+                        break true;
+                    }
+                }
             }
         };
-        if goodbye {
-            self.limits.counters.idle.inc();
-        }
-        // HTTP/2 gets its GOAWAY, an idle HTTP/1 connection is closed; whatever is left is dropped.
+        // HTTP/2 gets its GOAWAY, an idle HTTP/1 connection is closed, a request in flight is answered
+        // first (its handler's own timeouts bound it). When GKO stops, whatever is left after DRAIN is
+        // dropped.
         served.as_mut().graceful_shutdown();
-        let wait = if goodbye { GOODBYE } else { DRAIN };
-        let _ = tokio::time::timeout(wait, served).await;
+        loop {
+            let wait = if goodbye { GOODBYE } else { DRAIN };
+            match tokio::time::timeout(wait, &mut served).await {
+                Ok(_) => return,
+                Err(_) if goodbye && self.conn.in_flight() > 0 => continue,
+                Err(_) => return,
+            }
+        }
     }
 }

@@ -212,6 +212,7 @@ pub async fn serve(
     let limits = crate::listener::Limits {
         connections: METRICS_CONNECTIONS,
         request_header: METRICS_HEADER_TIMEOUT,
+        keep_alive: METRICS_KEEP_ALIVE,
         streams: 4,
         counters: metrics.listener("metrics"),
     };
@@ -222,5 +223,7 @@ pub async fn serve(
 
 /// Connections open at once on the metrics port (a scraper and the kubelet's probes need a few).
 const METRICS_CONNECTIONS: usize = 64;
+/// Time a scraper's connection may stay idle between scrapes (Prometheus scrapes every 15 to 60 s).
+const METRICS_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
 /// Time a connection to the metrics port has to send a complete request.
 const METRICS_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -412,7 +412,9 @@ async fn write_spec(
                 why,
             ));
         }
+        // Decided again on what it was decided on: the setup, the policy, the deletion.
         if fresh.spec.disaster_recovery != gsp.spec.disaster_recovery
+            || fresh.spec.update_policy != gsp.spec.update_policy
             || fresh.metadata.deletion_timestamp.is_some()
         {
             return Err(changed_meanwhile());

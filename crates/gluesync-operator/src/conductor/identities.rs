@@ -5,9 +5,13 @@
 //! A caller GKO does not know right now is checked with Core Hub within budgets, so that a flood of
 //! made-up credentials costs Core Hub at most [`CHECKS_PER_SECOND`] checks a second and never locks out
 //! the callers it would otherwise serve:
-//! - **known**: credentials GKO verified before (their 30 s of trust ran out), or a token whose claimed
-//!   subject (the JWT's `sub`, read but not trusted) Core Hub confirmed within the last day:
-//!   [`KNOWN_CHECKS_PER_SECOND`], each subject at most [`SUBJECT_CHECKS_PER_SECOND`];
+//! - **verified**: the very credentials GKO verified before, whose 30 s of trust ran out:
+//!   [`VERIFIED_CHECKS_PER_SECOND`], rationed by nothing else (no stranger can present them, so no flood
+//!   reaches this budget);
+//! - **known**: a token whose claimed subject (the JWT's `sub`, read but not trusted) Core Hub confirmed
+//!   within the last day, a new login of a known user: [`KNOWN_CHECKS_PER_SECOND`], each subject at most
+//!   [`SUBJECT_CHECKS_PER_SECOND`] (a forger claiming a user's name spends that user's ration of new
+//!   logins, never the re-checks of sessions GKO verified);
 //! - **new**: a well-formed token of a subject GKO has not seen verified: [`NEW_CHECKS_PER_SECOND`], each
 //!   subject at most [`SUBJECT_CHECKS_PER_SECOND`];
 //! - **other**: anything else (what a flood of random tokens is): [`OTHER_CHECKS_PER_SECOND`], each
@@ -33,19 +37,25 @@ pub const TRUSTED_FOR: Duration = Duration::from_secs(30);
 pub const REFUSED_FOR: Duration = Duration::from_secs(5);
 /// How long a subject Core Hub confirmed counts as known.
 pub const SUBJECT_KNOWN_FOR: Duration = Duration::from_secs(24 * 3600);
-/// Identity checks a second for known callers.
-pub const KNOWN_CHECKS_PER_SECOND: f64 = 8.0;
+/// Identity checks a second for credentials verified before.
+pub const VERIFIED_CHECKS_PER_SECOND: f64 = 4.0;
+/// Identity checks a second for new tokens of known subjects.
+pub const KNOWN_CHECKS_PER_SECOND: f64 = 4.0;
 /// Identity checks a second for well-formed tokens of subjects not seen verified.
 pub const NEW_CHECKS_PER_SECOND: f64 = 8.0;
 /// Identity checks a second for everything else.
 pub const OTHER_CHECKS_PER_SECOND: f64 = 4.0;
 /// What Core Hub gets at most: the three budgets together.
-pub const CHECKS_PER_SECOND: f64 =
-    KNOWN_CHECKS_PER_SECOND + NEW_CHECKS_PER_SECOND + OTHER_CHECKS_PER_SECOND;
+pub const CHECKS_PER_SECOND: f64 = VERIFIED_CHECKS_PER_SECOND
+    + KNOWN_CHECKS_PER_SECOND
+    + NEW_CHECKS_PER_SECOND
+    + OTHER_CHECKS_PER_SECOND;
 // The guide's bound: a flood costs Core Hub at most 20 identity checks a second.
 const _: () = assert!(CHECKS_PER_SECOND <= 20.0);
-/// Identity checks in flight at once, for known callers and for each of the two others.
-const KNOWN_IN_FLIGHT: usize = 2;
+/// Identity checks in flight at once: for verified credentials, for known subjects, and for each of the
+/// two others.
+const VERIFIED_IN_FLIGHT: usize = 2;
+const KNOWN_IN_FLIGHT: usize = 1;
 const STRANGERS_IN_FLIGHT: usize = 1;
 /// Identity checks one claimed subject may start each second (a burst of [`SUBJECT_CHECK_BURST`]).
 pub const SUBJECT_CHECKS_PER_SECOND: f64 = 2.0;
@@ -176,6 +186,7 @@ pub enum Known {
 /// Which budget a check comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Budget {
+    Verified,
     Known,
     New,
     Other,
@@ -232,6 +243,7 @@ pub struct Identities {
     known: Mutex<HashMap<u64, (Known, Instant)>>,
     /// Keyed hashes of the subjects Core Hub confirmed, and when.
     subjects: Mutex<HashMap<u64, Instant>>,
+    verified_pool: Pool,
     known_pool: Pool,
     new_pool: Pool,
     other_pool: Pool,
@@ -247,6 +259,7 @@ impl Default for Identities {
             keys: RandomState::new(),
             known: Mutex::default(),
             subjects: Mutex::default(),
+            verified_pool: Pool::new(VERIFIED_CHECKS_PER_SECOND, VERIFIED_IN_FLIGHT),
             known_pool: Pool::new(KNOWN_CHECKS_PER_SECOND, KNOWN_IN_FLIGHT),
             new_pool: Pool::new(NEW_CHECKS_PER_SECOND, STRANGERS_IN_FLIGHT),
             other_pool: Pool::new(OTHER_CHECKS_PER_SECOND, STRANGERS_IN_FLIGHT),
@@ -357,7 +370,9 @@ impl Identities {
                 .get(&s)
                 .is_some_and(|at| at.elapsed() < SUBJECT_KNOWN_FOR)
         });
-        let budget = if verified_before || subject_known {
+        let budget = if verified_before {
+            Budget::Verified
+        } else if subject_known {
             Budget::Known
         } else if subject.is_some() {
             Budget::New
@@ -378,6 +393,7 @@ impl Identities {
         let now = Instant::now();
         let (budget, subject) = self.budget(p, key);
         let pool = match budget {
+            Budget::Verified => &self.verified_pool,
             Budget::Known => &self.known_pool,
             Budget::New => &self.new_pool,
             Budget::Other => &self.other_pool,
@@ -386,7 +402,9 @@ impl Identities {
             .in_flight
             .try_acquire()
             .map_err(|_| Duration::from_secs(1))?;
-        if let Some(subject) = subject {
+        if budget != Budget::Verified
+            && let Some(subject) = subject
+        {
             self.per_subject.take(subject, now)?;
         }
         if budget == Budget::Other
@@ -563,6 +581,32 @@ mod tests {
     }
 
     #[test]
+    fn forged_tokens_of_a_known_name_never_block_the_sessions_gko_verified() {
+        let ids = Identities::default();
+        let admin = jwt("admin");
+        ids.verified(
+            &admin,
+            ids.key(&admin),
+            Known::Caller(super::super::Caller {
+                username: "admin".into(),
+                role: "SUPER_ADMIN".into(),
+            }),
+        );
+        // Forgers claim the admin's name with made-up tokens: they get that name's ration, no more.
+        let forged = (0..100)
+            .filter(|i| {
+                let mut p = jwt("admin");
+                p.authorization = p.authorization.map(|a| format!("{a}{i}"));
+                ids.take_check(&p, ids.key(&p), None).is_ok()
+            })
+            .count();
+        assert!(forged <= SUBJECT_CHECK_BURST as usize, "{forged}");
+        // The admin's own session, once its trust ran out, is checked from a budget of its own.
+        assert_eq!(ids.budget(&admin, ids.key(&admin)).0, Budget::Verified);
+        assert!(ids.take_check(&admin, ids.key(&admin), None).is_ok());
+    }
+
+    #[test]
     fn each_client_has_its_own_ration_within_a_budget() {
         let ids = Identities::default();
         let (a, b) = ("10.0.0.1".parse().ok(), "10.0.0.2".parse().ok());
@@ -593,7 +637,7 @@ mod tests {
                 role: "SUPER_ADMIN".into(),
             }),
         );
-        assert_eq!(ids.budget(&known, ids.key(&known)).0, Budget::Known);
+        assert_eq!(ids.budget(&known, ids.key(&known)).0, Budget::Verified);
         assert!(ids.take_check(&known, ids.key(&known), a).is_ok());
     }
 

@@ -39,6 +39,9 @@ use crate::{
 pub const BODY_LIMIT: usize = 64 * 1024;
 /// Time a client has to send its request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a connection that was answered has to send its next request (over the 60 s an ingress such as
+/// ingress-nginx keeps an idle upstream connection, so GKO never closes one the ingress is about to reuse).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(75);
 /// Time a client has to send a request's body.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a request other than an update request has to be answered.
@@ -698,44 +701,9 @@ async fn accept_update(
     ids: Vec<String>,
     channel: ReleaseChannel,
 ) -> Result<Option<String>, Response> {
-    let Ok(_turn) = tokio::time::timeout(REQUEST_TURN, api.updating.lock()).await else {
-        return Err(failure(
-            StatusCode::CONFLICT,
-            "An update is already running",
-            "another update request is being written; wait for it to end, then ask again",
-        ));
-    };
-    let mut gsp = api.platform()?;
-    if gsp.spec.update_policy == UpdatePolicy::Gitops {
-        return Err(failure(
-            StatusCode::CONFLICT,
-            "Updates of this install are managed in Git",
-            "the GluesyncPlatform's updatePolicy is gitops: commit the new version to Git; nothing was changed",
-        ));
-    }
+    let gsp = api.platform()?;
     let workloads = api.view.workloads();
-    for id in &ids {
-        if workloads
-            .iter()
-            .any(|w| &w.name == id && w.component_type == Some(ComponentType::Operator))
-            && !gsp.spec.self_update.enabled
-        {
-            return Err(failure(
-                StatusCode::CONFLICT,
-                "GKO does not update itself here",
-                format!(
-                    "{id} is GKO's own Deployment and spec.selfUpdate.enabled is false: change its image with Helm"
-                ),
-            ));
-        }
-        if !workloads.iter().any(|w| &w.name == id) {
-            return Err(failure(
-                StatusCode::NOT_FOUND,
-                "Unknown container",
-                format!("no managed workload is named {id}"),
-            ));
-        }
-    }
+    refuse(&gsp, &workloads, &ids)?;
     // Versions to ask for: the latest on the request's channel, from the catalog.
     let latest = if gsp.spec.catalog.offline {
         return Err(failure(
@@ -756,6 +724,15 @@ async fn accept_update(
             }
         }
     };
+    // The turn is taken once the catalog has answered: a slow catalog never holds other requests back.
+    let Ok(_turn) = tokio::time::timeout(REQUEST_TURN, api.updating.lock()).await else {
+        return Err(failure(
+            StatusCode::CONFLICT,
+            "An update is already running",
+            "another update request is being written; wait for it to end, then ask again",
+        ));
+    };
+    let mut gsp = api.platform()?;
     for attempt in 0..REQUEST_WRITE_TRIES {
         if attempt > 0 {
             gsp = kube::Api::<GluesyncPlatform>::namespaced(
@@ -839,6 +816,46 @@ async fn accept_update(
     ))
 }
 
+/// The refusals that do not depend on the catalog: updates managed in Git, GKO's own Deployment asked
+/// for with self-update off, an unknown component.
+#[allow(clippy::result_large_err)]
+fn refuse(
+    gsp: &GluesyncPlatform,
+    workloads: &[crate::cluster::Workload],
+    ids: &[String],
+) -> Result<(), Response> {
+    if gsp.spec.update_policy == UpdatePolicy::Gitops {
+        return Err(failure(
+            StatusCode::CONFLICT,
+            "Updates of this install are managed in Git",
+            "the GluesyncPlatform's updatePolicy is gitops: commit the new version to Git; nothing was changed",
+        ));
+    }
+    for id in ids {
+        if workloads
+            .iter()
+            .any(|w| &w.name == id && w.component_type == Some(ComponentType::Operator))
+            && !gsp.spec.self_update.enabled
+        {
+            return Err(failure(
+                StatusCode::CONFLICT,
+                "GKO does not update itself here",
+                format!(
+                    "{id} is GKO's own Deployment and spec.selfUpdate.enabled is false: change its image with Helm"
+                ),
+            ));
+        }
+        if !workloads.iter().any(|w| &w.name == id) {
+            return Err(failure(
+                StatusCode::NOT_FOUND,
+                "Unknown container",
+                format!("no managed workload is named {id}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What a request for `ids` (empty: every component) comes to on `gsp`, with the catalog's `latest`.
 #[allow(clippy::result_large_err)]
 fn asked(
@@ -847,6 +864,8 @@ fn asked(
     latest: &std::collections::BTreeMap<String, String>,
     ids: &[String],
 ) -> Result<Asked, Response> {
+    // Checked again on every try: the platform may have changed since the request was first read.
+    refuse(gsp, workloads, ids)?;
     // The latest version of a workload's image, when it is newer than the one that runs: the UI's update
     // never takes a component back (a beta that runs stays when GA is asked for).
     let latest_of = |w: &crate::cluster::Workload| {
@@ -1182,6 +1201,7 @@ pub async fn serve(
     let limits = crate::listener::Limits {
         connections: MAX_CONNECTIONS,
         request_header: HEADER_READ_TIMEOUT,
+        keep_alive: KEEP_ALIVE,
         streams: HTTP2_STREAMS,
         counters: view.metrics.listener("conductor"),
     };

@@ -565,9 +565,41 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         // A setup in place is put back before the platform goes.
         d.actions.insert(0, Action::AddFinalizer);
     }
-    let given_up = others_settled && deadline.as_ref().is_some_and(|t| passed(t, &obs.now));
+    // They are waited for only while GKO can work on the platform, and at most four stability timeouts
+    // past the pipelines' deadline (a teardown whose restore keeps failing must not hold it forever).
+    let last_call = gsp.metadata.deletion_timestamp.as_ref().map(|t| {
+        plus(
+            t,
+            gsp.spec.drain_timeout_seconds + 4 * gsp.spec.stability_timeout_seconds,
+        )
+    });
+    let others_abandoned = !others_settled
+        && (obs.access_problem.is_some()
+            || last_call.as_ref().is_some_and(|t| passed(t, &obs.now)));
+    let given_up = (others_settled || others_abandoned)
+        && deadline.as_ref().is_some_and(|t| passed(t, &obs.now));
     if has_finalizer && (settled || given_up) {
-        if deleting && !settled {
+        if deleting && others_abandoned {
+            d.event(
+                true,
+                "CleanupAbandoned",
+                format!(
+                    "the GluesyncPlatform is deleted and GKO lets it go before {} ended: {}",
+                    if d.status.self_update.is_some() {
+                        "its own update"
+                    } else {
+                        "the disaster-recovery teardown"
+                    },
+                    obs.access_problem
+                        .as_ref()
+                        .map(|p| p.message.clone())
+                        .unwrap_or_else(|| "it did not end within four stability timeouts".into())
+                ),
+            );
+        }
+        let pipelines_left =
+            !d.status.paused_pipelines.is_empty() || d.status.late_maintenance.is_some();
+        if deleting && pipelines_left {
             let left = &d.status.paused_pipelines;
             d.event(
                 true,
