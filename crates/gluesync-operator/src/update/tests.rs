@@ -204,6 +204,8 @@ struct World {
     me: Option<String>,
     /// The disaster-recovery Secret and Service.
     dr: super::disaster::DrObjects,
+    /// Why GKO may not work on the platform, if it may not.
+    access: Option<crate::status::Problem>,
 }
 
 impl World {
@@ -215,6 +217,7 @@ impl World {
             answer: None,
             me: None,
             dr: Default::default(),
+            access: None,
         }
     }
 
@@ -243,7 +246,7 @@ impl World {
                 corehub: &report,
                 catalog: self.answer.as_ref(),
                 target: Some(World::target()),
-                access_problem: None,
+                access_problem: self.access.clone(),
                 me: self.me.clone(),
                 dr: self.dr.clone(),
             },
@@ -1679,6 +1682,37 @@ fn a_deleted_platform_starts_no_self_update_and_keeps_its_finalizer_while_one_ru
         !d.actions.contains(&Action::RemoveFinalizer),
         "the finalizer stays until GKO's own update has ended: {:?}",
         d.actions
+    );
+}
+
+#[test]
+fn a_deleted_platform_gko_may_not_work_on_goes_once_the_pipelines_deadline_passed() {
+    // GKO's own update is rolling out when the platform is deleted and its spec names a Secret this GKO
+    // may not read: nothing more can be done, so the wait ends with the pipelines' deadline.
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    g.metadata.deletion_timestamp = Some(at(101));
+    world.access = Some(crate::status::Problem {
+        reason: "SecretNotAllowed",
+        message: "GKO's installation does not allow it to read Secret billing-db".into(),
+    });
+    let d = world.step(&mut g, 102);
+    assert!(!d.actions.contains(&Action::RemoveFinalizer));
+    let d = world.step(&mut g, 101 + 300 + 1);
+    assert!(
+        d.actions.contains(&Action::RemoveFinalizer),
+        "{:?}",
+        d.actions
+    );
+    let abandoned = d
+        .events
+        .iter()
+        .find(|e| e.reason == "CleanupAbandoned")
+        .expect("the event says what was left");
+    assert!(
+        abandoned.message.contains("its own update"),
+        "{}",
+        abandoned.message
     );
 }
 
