@@ -54,13 +54,7 @@ impl Operator {
 
     /// Runs GKO with the Conductor API on a free loopback port; the API's base URL comes with it.
     pub fn start_serving(ns: &TestNamespace) -> anyhow::Result<(Operator, String)> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        drop(listener);
-        Ok((
-            Self::start_on(ns, ns.client.clone(), Some(addr), None),
-            format!("http://{addr}"),
-        ))
+        Self::start_serving_as(ns, ns.client.clone())
     }
 
     /// The same over HTTPS with this certificate and key.
@@ -95,13 +89,7 @@ impl Operator {
     pub async fn start_serving_with_role(ns: &TestNamespace) -> anyhow::Result<(Operator, String)> {
         ns.apply(RBAC)?;
         let client = ns.service_account_client("gluesync-operator").await?;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        drop(listener);
-        Ok((
-            Self::start_on(ns, client, Some(addr), None),
-            format!("http://{addr}"),
-        ))
+        Self::start_serving_as(ns, client)
     }
 
     pub fn start_with(ns: &TestNamespace, client: Client) -> Operator {
