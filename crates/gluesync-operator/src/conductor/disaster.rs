@@ -396,11 +396,7 @@ async fn write_spec(
         .await
         .map_err(|e| {
             tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
-            failure(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Could not write the setup",
-                "try again",
-            )
+            unavailable()
         })?;
         if let Some(why) = refused
             && fresh.resource_version() == read.resource_version()
@@ -426,6 +422,15 @@ async fn write_spec(
 
 /// Tries of [`write_spec`] before it gives up.
 const WRITE_TRIES: usize = 5;
+
+/// 503: the setup could not be written now; nothing was changed.
+fn unavailable() -> Response {
+    failure(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Could not write the setup",
+        "try again",
+    )
+}
 
 fn changed_meanwhile() -> Response {
     failure(
@@ -493,11 +498,7 @@ async fn write_spec_once(
             kube::Error::Api(s) if s.code == 422 => Written::Refused(s.message),
             e => {
                 tracing::warn!(error = %e, "writing spec.disasterRecovery failed");
-                Written::Answer(failure(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Could not write the setup",
-                    "try again",
-                ))
+                Written::Answer(unavailable())
             }
         })
 }

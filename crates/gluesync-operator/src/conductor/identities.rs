@@ -452,6 +452,14 @@ mod tests {
         }
     }
 
+    /// What Core Hub said of a verified caller.
+    fn caller(username: &str, role: &str) -> Known {
+        Known::Caller(super::super::Caller {
+            username: username.into(),
+            role: role.into(),
+        })
+    }
+
     fn random(i: usize) -> Presented {
         Presented {
             authorization: Some(format!("Bearer made-up-{i}")),
@@ -546,14 +554,7 @@ mod tests {
         let (budget, _) = ids.budget(&manager, ids.key(&manager));
         assert_eq!(budget, Budget::New);
         assert!(ids.take_check(&manager, ids.key(&manager), None).is_ok());
-        ids.verified(
-            &manager,
-            ids.key(&manager),
-            Known::Caller(super::super::Caller {
-                username: "manager".into(),
-                role: "MANAGER".into(),
-            }),
-        );
+        ids.verified(&manager, ids.key(&manager), caller("manager", "MANAGER"));
         // A later login of the same subject (another token) comes from the known budget.
         let relogin = jwt("manager");
         let mut relogin = relogin;
@@ -584,14 +585,7 @@ mod tests {
     fn forged_tokens_of_a_known_name_never_block_the_sessions_gko_verified() {
         let ids = Identities::default();
         let admin = jwt("admin");
-        ids.verified(
-            &admin,
-            ids.key(&admin),
-            Known::Caller(super::super::Caller {
-                username: "admin".into(),
-                role: "SUPER_ADMIN".into(),
-            }),
-        );
+        ids.verified(&admin, ids.key(&admin), caller("admin", "SUPER_ADMIN"));
         // Forgers claim the admin's name with made-up tokens: they get that name's ration, no more.
         let forged = (0..100)
             .filter(|i| {
@@ -630,13 +624,7 @@ mod tests {
         // A known caller is never held to a client's ration.
         let known = random(2000);
         ids.remember(ids.key(&known), Known::Refused);
-        ids.remember(
-            ids.key(&known),
-            Known::Caller(super::super::Caller {
-                username: "admin".into(),
-                role: "SUPER_ADMIN".into(),
-            }),
-        );
+        ids.remember(ids.key(&known), caller("admin", "SUPER_ADMIN"));
         assert_eq!(ids.budget(&known, ids.key(&known)).0, Budget::Verified);
         assert!(ids.take_check(&known, ids.key(&known), a).is_ok());
     }
