@@ -141,12 +141,16 @@ impl Registry {
             close: Notify::new(),
         });
         open.1.insert(id, conn.clone());
+        // The gauge is the registry's size: an evicted connection no longer counts, even before its
+        // task has closed its socket.
+        limits.counters.open.set(open.1.len() as i64);
         Some((id, conn))
     }
 
-    fn remove(&self, id: u64) {
+    fn remove(&self, id: u64, gauge: &Gauge) {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         open.1.remove(&id);
+        gauge.set(open.1.len() as i64);
         drop(open);
         self.ended.notify_waiters();
     }
@@ -169,8 +173,7 @@ struct Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        self.open.dec();
-        self.registry.remove(self.id);
+        self.registry.remove(self.id, &self.open);
     }
 }
 
@@ -219,7 +222,6 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        limits.counters.open.inc();
         let admitted = Admitted {
             registry: registry.clone(),
             id,
