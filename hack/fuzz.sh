@@ -14,6 +14,12 @@ cd fuzz
 for target in conductor_request conductor_http; do
   mkdir -p "$work/$target"
   echo "fuzzing $target for $seconds s"
-  RUSTC_BOOTSTRAP=1 cargo fuzz run --dev -s none "$target" "$work/$target" "seeds/$target" -- \
-    -max_total_time="$seconds" -print_final_stats=1 2>&1 | tail -n 12
+  if ! RUSTC_BOOTSTRAP=1 cargo fuzz run --dev -s none "$target" "$work/$target" "seeds/$target" -- \
+    -max_total_time="$seconds" -print_final_stats=1 >"$work/$target.log" 2>&1; then
+    # What failed, and the input that made it fail (also left in fuzz/artifacts/).
+    grep -A3 -E "panicked at|ERROR: libFuzzer|^error" "$work/$target.log" || tail -n 40 "$work/$target.log"
+    grep -A2 -E "^Failing input|^Reproduce with" "$work/$target.log" || true
+    exit 1
+  fi
+  tail -n 6 "$work/$target.log"
 done

@@ -31,6 +31,9 @@ pub struct Answer {
     pub open: bool,
     /// The request presented the credential Core Hub knows.
     pub known: bool,
+    /// The request's `Authorization` header is one GKO cannot read (repeated, or not visible ASCII): a
+    /// 400 before any identity check.
+    pub malformed: bool,
     pub status: StatusCode,
     pub body: Option<Value>,
     pub retry_after: Option<String>,
@@ -115,15 +118,14 @@ impl Harness {
         }
         let req = req.body(Body::from(raw[head..].to_vec())).ok()?;
         let open = super::open_route(req.uri().path());
-        let known = identities::Presented::from_headers(req.headers())
-            .ok()
-            .flatten()
-            .is_some_and(|p| {
-                [KNOWN_TOKEN, ADMIN_TOKEN].iter().any(|t| {
-                    p.authorization.as_deref() == Some(&format!("Bearer {t}"))
-                        || p.session.as_deref() == Some(t)
-                })
-            });
+        let presented = identities::Presented::from_headers(req.headers());
+        let malformed = presented == Err(identities::Unusable::Malformed);
+        let known = presented.ok().flatten().is_some_and(|p| {
+            [KNOWN_TOKEN, ADMIN_TOKEN].iter().any(|t| {
+                p.authorization.as_deref() == Some(&format!("Bearer {t}"))
+                    || p.session.as_deref() == Some(t)
+            })
+        });
         let api = Api {
             view: self.view.clone(),
             identities: Arc::default(),
@@ -168,6 +170,7 @@ impl Harness {
             Some(Answer {
                 open,
                 known,
+                malformed,
                 status,
                 body: serde_json::from_slice(&bytes).ok(),
                 retry_after,
@@ -244,5 +247,18 @@ mod tests {
             "POST /containers HTTP/1.1\r\nauthorization: Bearer nobody\r\n\r\n{\"action\":\"kill\"}",
         );
         assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{a:?}");
+    }
+
+    #[test]
+    fn a_repeated_authorization_header_is_a_bad_request_even_when_one_is_known() {
+        let h = Harness::new();
+        // Found by the fuzzer: a second header carrying the known token does not make the caller known.
+        let a = answer(
+            &h,
+            "GET /containers HTTP/1.1\r\nauthorization: Bearer known-managerx HTTP/1.1\r\nauthorization: Bearer known-manager\r\n\r\n",
+        );
+        assert!(a.malformed && !a.known, "{a:?}");
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{a:?}");
+        assert_eq!(a.body.unwrap()["error"], "Bad Authorization header");
     }
 }
