@@ -404,8 +404,9 @@ pub struct UpdateStatus {
     #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
     pub resumed_pipelines: PipelineList,
     /// Pipelines this update asked to enter maintenance mode, each recorded before its request was sent.
-    /// None is asked twice in one update, by this GKO or by one that takes over after it stopped. Kept
-    /// during Drain only.
+    /// A GKO that takes over asks none of them again, except once each one Core Hub still lists running
+    /// 15 s after it took over (the GKO before it may have stopped before sending). Kept during Drain
+    /// only.
     #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
     pub asked_pipelines: PipelineList,
     /// How the update is going to end, once that is known before the end (Refused, Failed).

@@ -81,7 +81,8 @@ const STEPS_PER_RECONCILE: usize = 32;
 /// A test hook: with `GKO_PAUSE_AFTER_STATUS_WRITE=<position>`, the process writes `fault point hit` to
 /// standard error and stops acting right after the status write that enters that position, before the
 /// actions and the background work that follow it, so a test can kill it exactly there. A position is
-/// an update's step (`Drain`), or a disaster-recovery phase with the workload being changed
+/// an update's step (`Drain`, or `Drain:Asked`: the write that records the first pipelines asked to
+/// enter maintenance mode), or a disaster-recovery phase with the workload being changed
 /// (`DR:SettingUp:0:RollingOut`, `DR:Active`).
 fn fault_point(before: Option<&GluesyncPlatformStatus>, after: &GluesyncPlatformStatus) -> bool {
     let Ok(wanted) = std::env::var("GKO_PAUSE_AFTER_STATUS_WRITE") else {
@@ -95,7 +96,13 @@ fn fault_point(before: Option<&GluesyncPlatformStatus>, after: &GluesyncPlatform
 fn position(s: Option<&GluesyncPlatformStatus>) -> Option<String> {
     let s = s?;
     if let Some(u) = &s.update {
-        return Some(format!("{:?}", u.step.name()));
+        // Drain records the pipelines it asks before asking them: `Drain:Asked` is right after that write.
+        let asked = if u.asked_pipelines.is_empty() {
+            ""
+        } else {
+            ":Asked"
+        };
+        return Some(format!("{:?}{asked}", u.step.name()));
     }
     let dr = s.disaster_recovery.as_ref()?;
     let moving = dr

@@ -123,3 +123,65 @@ async fn an_update_survives_gko_killed_right_after_each_status_write() -> anyhow
     }
     Ok(())
 }
+
+/// A GKO that recorded the pipelines it asks in (`status.update.askedPipelines`) and stopped before
+/// sending a single request: the GKO after it does not take the record for requests Core Hub got. It
+/// asks each pipeline still running once, and the update drains in time instead of waiting out the
+/// drain timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelines_recorded_as_asked_but_never_asked_are_asked_by_the_next_gko()
+-> anyhow::Result<()> {
+    let ns = namespace("restart-asked").await?;
+    let sim = simulator().await?;
+    install_with_simulator(
+        &ns,
+        &sim,
+        json!({"stabilityWindowSeconds": 2, "drainTimeoutSeconds": 90}),
+    )?;
+    let mut gko = Gko::spawn(&ns, GkoOptions::default())?;
+    wait_settled(&ns).await?;
+    gko.terminate()?;
+
+    let mut gko = Gko::spawn(
+        &ns,
+        GkoOptions {
+            env: vec![("GKO_PAUSE_AFTER_STATUS_WRITE".into(), "Drain:Asked".into())],
+            ..Default::default()
+        },
+    )?;
+    let generation = platforms(&ns)
+        .get("gluesync")
+        .await?
+        .metadata
+        .generation
+        .unwrap_or(0)
+        + 1;
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    gko.wait_for_line("fault point hit", Duration::from_secs(120))
+        .await?;
+    // The fault landed where it says: every running pipeline recorded as asked, none asked.
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(step_of(&g), Some(UpdateStep::Drain));
+    let recorded = g.status.as_ref().and_then(|s| s.update.as_ref()).unwrap();
+    assert_eq!(recorded.asked_pipelines.len(), 20, "{recorded:?}");
+    gko.kill()?;
+    assert!(sim.calls().enter.is_empty(), "{:?}", sim.calls().enter);
+    println!("killed GKO right after it recorded 20 pipelines as asked, before it asked them");
+
+    let _gko = Gko::spawn(&ns, GkoOptions::default())?;
+    let g = wait_finished(&ns, generation).await?;
+    let status = g.status.unwrap_or_default();
+    let attempt = status.last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.paused_pipelines.len(), 20);
+    let calls = sim.calls();
+    assert_eq!(calls.enter.len(), 20, "{:?}", calls.enter);
+    assert!(
+        calls.enter.values().all(|n| *n == 1),
+        "each asked once: {:?}",
+        calls.enter
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
+    Ok(())
+}

@@ -26,6 +26,10 @@ const CONCURRENCY: usize = 64;
 /// An exit request is sent again when Core Hub still lists the pipeline in maintenance mode this long
 /// after it accepted the last one.
 const RESEND_EXIT: Duration = Duration::from_secs(15);
+/// A pipeline the update's record says was asked in already (by a GKO before this one, which may have
+/// stopped right after recording it and before sending) is asked again once when Core Hub still lists it
+/// running this long after this worker took the epoch over.
+const RESEND_INHERITED_ENTER: Duration = Duration::from_secs(15);
 /// Credentials are read again this often (a rotated Secret is picked up).
 const REREAD_SECRETS: Duration = Duration::from_secs(60);
 /// The pause after a round with errors.
@@ -224,6 +228,9 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
     let mut connection: Option<(Target, Instant, Arc<CoreHub>)> = None;
     let mut epoch = String::new();
     let mut entered: HashSet<PipelineId> = HashSet::new();
+    // The asked pipelines this worker found recorded when it took the epoch over, and when.
+    let mut inherited: HashSet<PipelineId> = HashSet::new();
+    let mut inherited_at = jiff::Timestamp::MIN;
     let mut leader = env.leadership.subscribe();
     loop {
         let Some(work) = input.want.borrow_and_update().clone() else {
@@ -243,6 +250,8 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         if work.epoch != epoch {
             epoch = work.epoch.clone();
             entered = work.asked.iter().cloned().collect();
+            inherited = entered.clone();
+            inherited_at = jiff::Timestamp::now();
             *lock(&input.report) = Report {
                 epoch: epoch.clone(),
                 ..Default::default()
@@ -286,13 +295,41 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             },
         };
 
-        // Enter: once per epoch.
-        let to_enter: Vec<PipelineId> = work
+        // Enter: once per epoch (a pipeline another GKO recorded as asked: once more, when it is still
+        // listed running well after the takeover).
+        let mut to_enter: Vec<PipelineId> = work
             .enter
             .iter()
             .filter(|id| !entered.contains(*id))
             .cloned()
             .collect();
+        if !inherited.is_empty() {
+            let report = lock(&input.report);
+            if let Some(Listing {
+                at,
+                result: Ok(list),
+            }) = &report.listing
+                && at.0.duration_since(inherited_at).as_secs()
+                    >= RESEND_INHERITED_ENTER.as_secs() as i64
+            {
+                let paused = super::in_maintenance(list);
+                let again: Vec<PipelineId> = work
+                    .enter
+                    .iter()
+                    .filter(|id| inherited.contains(*id) && !paused.contains(id.as_str()))
+                    .cloned()
+                    .collect();
+                if !again.is_empty() {
+                    info!(
+                        count = again.len(),
+                        "asking again pipelines recorded as asked that are still running"
+                    );
+                }
+                // Once: whatever the answer, none is asked a third time.
+                inherited.clear();
+                to_enter.extend(again);
+            }
+        }
         let mut errors = None;
         if !to_enter.is_empty() {
             let count = to_enter.len();
