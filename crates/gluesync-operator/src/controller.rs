@@ -17,10 +17,7 @@ use kube::{
 use tracing::{info, instrument, warn};
 
 use crate::{
-    api::{
-        DisasterRecoveryComponentState, DisasterRecoveryPhase, GluesyncPlatform,
-        GluesyncPlatformStatus, UpdateStep,
-    },
+    api::{DisasterRecoveryPhase, GluesyncPlatform, GluesyncPlatformStatus, UpdateStep},
     background::Tasks,
     catalog::{Answer, Check},
     corehub::{Report, Target, Work},
@@ -77,64 +74,6 @@ fn now() -> Time {
 
 /// How many steps one reconcile may take in a row before it lets others run.
 const STEPS_PER_RECONCILE: usize = 32;
-
-/// A test hook: with `GKO_PAUSE_AFTER_STATUS_WRITE=<position>`, the process writes `fault point hit` to
-/// standard error and stops acting right after the status write that enters that position, before the
-/// actions and the background work that follow it, so a test can kill it exactly there. A position is
-/// an update's step (`Drain`, or `Drain:Asked`: the write that records the first pipelines asked to
-/// enter maintenance mode), or a disaster-recovery phase with the workload being changed
-/// (`DR:SettingUp:0:RollingOut`, `DR:Active`).
-fn fault_point(before: Option<&GluesyncPlatformStatus>, after: &GluesyncPlatformStatus) -> bool {
-    let Ok(wanted) = std::env::var("GKO_PAUSE_AFTER_STATUS_WRITE") else {
-        return false;
-    };
-    let entered = position(Some(after));
-    entered.as_deref() == Some(wanted.as_str()) && position(before) != entered
-}
-
-/// Where a status stands, for [`fault_point`].
-fn position(s: Option<&GluesyncPlatformStatus>) -> Option<String> {
-    let s = s?;
-    if let Some(u) = &s.update {
-        // Drain records the pipelines it asks before asking them: `Drain:Asked` is right after that write.
-        let asked = if u.asked_pipelines.is_empty() {
-            ""
-        } else {
-            ":Asked"
-        };
-        return Some(format!("{:?}{asked}", u.step.name()));
-    }
-    let dr = s.disaster_recovery.as_ref()?;
-    let moving = dr
-        .components
-        .iter()
-        .enumerate()
-        .find(|(_, c)| {
-            matches!(
-                c.state,
-                DisasterRecoveryComponentState::RollingOut
-                    | DisasterRecoveryComponentState::Restoring
-            )
-        })
-        .map(|(i, c)| format!(":{i}:{:?}", c.state))
-        .unwrap_or_else(|| {
-            // Every workload changed (or put back): the Service (or the clean-up) is next.
-            let all =
-                |state| !dr.components.is_empty() && dr.components.iter().all(|c| c.state == state);
-            match dr.phase {
-                DisasterRecoveryPhase::SettingUp if all(DisasterRecoveryComponentState::Ready) => {
-                    ":Service".into()
-                }
-                DisasterRecoveryPhase::TearingDown | DisasterRecoveryPhase::RollingBack
-                    if all(DisasterRecoveryComponentState::Restored) =>
-                {
-                    ":Cleanup".into()
-                }
-                _ => String::new(),
-            }
-        });
-    Some(format!("DR:{}{moving}", dr.phase.as_str()))
-}
 
 #[instrument(skip_all, fields(gsp = %gsp.name_any()))]
 pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requeue, Error> {
@@ -234,7 +173,8 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                         message = s.message.as_deref().unwrap_or(""),
                         "status updated"
                     );
-                    let hit = fault_point(gsp.status.as_ref(), s);
+                    #[cfg(feature = "test-hooks")]
+                    let hit = crate::update::fault_point(gsp.status.as_ref(), s);
                     let before =
                         crate::status::stalled(gsp.status.as_ref()).map(|(r, _)| r.to_string());
                     // The complete status (long lists and all) goes on with the written object.
@@ -243,6 +183,7 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                         .filter(|(r, _)| before.as_deref() != Some(*r) && !r.starts_with("Update"))
                         .map(|(r, m)| (r.to_string(), m.to_string()));
                     gsp = written;
+                    #[cfg(feature = "test-hooks")]
                     if hit {
                         eprintln!("fault point hit");
                         std::future::pending::<()>().await;

@@ -89,7 +89,7 @@ pub async fn run(
 ) {
     let shutdown = futures::FutureExt::shared(shutdown);
     // A deliberate bug asked for by a test is said at once (and an unknown one stops GKO here).
-    #[cfg(all(not(test), debug_assertions))]
+    #[cfg(all(not(test), feature = "test-hooks"))]
     crate::update::process_mutant();
     let ns = settings.namespace.as_str();
     let (leadership, elector) = match &settings.leader_election {

@@ -10,8 +10,9 @@
 //! and, when one breaks an invariant, shrinks it to the shortest schedule that still does; that schedule
 //! is saved under `tests/chaos-regressions/` and replayed by the suite.
 //!
-//! Each invariant is shown to bite: with one deliberate bug switched on in GKO (`GKO_TEST_MUTANT`, debug
-//! builds only), generated histories must break the invariant that guards against it ([`catches`]).
+//! Each invariant is shown to bite: with one deliberate bug switched on in GKO (`GKO_TEST_MUTANT`, builds
+//! with the feature `test-hooks` only), generated histories must break the invariant that guards against
+//! it ([`catches`]).
 //!
 //! `make chaos SECONDS=1800` runs histories for that long, three at a time (`CHAOS_LANES`), and prints how
 //! many histories, faults and invariant checks it ran.

@@ -8,6 +8,7 @@
 //! Actions that would add, start, stop or remove workloads are refused: Helm owns the workloads.
 
 mod disaster;
+#[cfg(feature = "test-hooks")]
 pub mod harness;
 mod identities;
 

@@ -15,6 +15,7 @@ pub mod disaster;
 mod finish;
 #[cfg(test)]
 mod model;
+mod mutants;
 mod pipelines;
 mod plan;
 mod rollout;
@@ -38,102 +39,12 @@ use crate::{
     status::{self, READY, RECONCILING, STALLED},
 };
 
+#[cfg(feature = "test-hooks")]
+pub(crate) use mutants::fault_point;
+#[cfg(all(not(test), feature = "test-hooks"))]
+pub(crate) use mutants::process_mutant;
+pub(crate) use mutants::{Mutant, mutated};
 pub use plan::target_image;
-
-/// Deliberate bugs, each breaking one promise GKO keeps, to show that the checks of those promises bite:
-/// the model checker's tests switch one on per thread; a debug build of GKO takes one from the
-/// environment variable `GKO_TEST_MUTANT` (its name, as below), for the random fault schedules
-/// (`tests/chaos.rs`). A release build never has one on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(any(test, debug_assertions)), allow(dead_code))]
-pub(crate) enum Mutant {
-    /// The engine before the ledger: Resume exits only the pipelines it sees in maintenance mode, and
-    /// late maintenance requests are not watched for.
-    OldResume,
-    /// Drain asks Core Hub to pause pipelines before it records them in the status.
-    PauseBeforeRecord,
-    /// Drain moves on to CoreHub as soon as one pipeline is in maintenance mode.
-    PatchBeforeDrained,
-    /// A drain timeout still patches Core Hub.
-    RefusedPatches,
-    /// A Refused update sets the phase to Current.
-    RefusedPhaseCurrent,
-    /// Drain, done, drops the first pipeline of the ledger: nothing asks Core Hub to take it out.
-    DropFromLedger,
-    /// A Core Hub that does not come up is not put back on the image it ran before.
-    NoRollback,
-    /// A finished update is recorded twice in `status.history`.
-    HistoryTwice,
-    /// The Core Hub worker forgets which pipelines it asked into maintenance mode.
-    ForgetAsked,
-    /// Between updates, `Ready` is False with neither `Reconciling` nor `Stalled` True.
-    ReadyAlone,
-    /// An image change also sets the container's `imagePullPolicy`.
-    PullPolicy,
-}
-
-impl Mutant {
-    #[cfg_attr(any(test, not(debug_assertions)), allow(dead_code))]
-    const ALL: [Mutant; 11] = [
-        Mutant::OldResume,
-        Mutant::PauseBeforeRecord,
-        Mutant::PatchBeforeDrained,
-        Mutant::RefusedPatches,
-        Mutant::RefusedPhaseCurrent,
-        Mutant::DropFromLedger,
-        Mutant::NoRollback,
-        Mutant::HistoryTwice,
-        Mutant::ForgetAsked,
-        Mutant::ReadyAlone,
-        Mutant::PullPolicy,
-    ];
-}
-
-#[cfg(test)]
-thread_local! {
-    static MUTANT: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
-}
-
-/// Switches a deliberate bug on (or off) for this thread.
-#[cfg(test)]
-pub(crate) fn set_mutant(m: Option<Mutant>) {
-    MUTANT.with(|c| c.set(m));
-}
-
-/// The deliberate bug `GKO_TEST_MUTANT` names, in a debug build (read once). An unknown name stops the
-/// process: a test that asks for a bug must get it.
-#[cfg(all(not(test), debug_assertions))]
-pub(crate) fn process_mutant() -> Option<Mutant> {
-    static MUTANT: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
-    *MUTANT.get_or_init(|| {
-        let name = std::env::var("GKO_TEST_MUTANT").ok()?;
-        let found = Mutant::ALL.into_iter().find(|m| format!("{m:?}") == name);
-        match found {
-            Some(m) => {
-                tracing::warn!(mutant = ?m, "a deliberate bug is switched on (GKO_TEST_MUTANT)")
-            }
-            None => panic!("GKO_TEST_MUTANT={name} names no deliberate bug"),
-        }
-        found
-    })
-}
-
-/// Is this deliberate bug on? Never in a release build.
-#[allow(unused_variables)]
-pub(crate) fn mutated(m: Mutant) -> bool {
-    #[cfg(test)]
-    {
-        MUTANT.with(|c| c.get() == Some(m))
-    }
-    #[cfg(all(not(test), debug_assertions))]
-    {
-        process_mutant() == Some(m)
-    }
-    #[cfg(all(not(test), not(debug_assertions)))]
-    {
-        false
-    }
-}
 
 /// How many updates `status.history` keeps.
 pub const HISTORY_LIMIT: usize = 10;

@@ -30,7 +30,7 @@ use std::{
     time::Instant,
 };
 
-use super::*;
+use super::{mutants::set_mutant, *};
 use crate::{
     api::{GluesyncPlatformSpec, PipelineId},
     cluster::PodView,

@@ -1,0 +1,164 @@
+//! Deliberate bugs, each breaking one promise GKO keeps, to show that the checks of those promises bite:
+//! the model checker's tests switch one on per thread; a GKO built with the Cargo feature `test-hooks`
+//! (the test suite's build) takes one from the environment variable `GKO_TEST_MUTANT` (its name, as
+//! below), for the random fault schedules (`tests/chaos.rs`). A build without the feature (`make release`,
+//! the image) has none: [`mutated`] is `false` there, and the name of the variable is not in the binary.
+//! The same feature holds the fault point `GKO_PAUSE_AFTER_STATUS_WRITE` (see `fault_point`).
+
+#[cfg(feature = "test-hooks")]
+use crate::api::{DisasterRecoveryComponentState, DisasterRecoveryPhase, GluesyncPlatformStatus};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(any(test, feature = "test-hooks")), allow(dead_code))]
+pub(crate) enum Mutant {
+    /// The engine before the ledger: Resume exits only the pipelines it sees in maintenance mode, and
+    /// late maintenance requests are not watched for.
+    OldResume,
+    /// Drain asks Core Hub to pause pipelines before it records them in the status.
+    PauseBeforeRecord,
+    /// Drain moves on to CoreHub as soon as one pipeline is in maintenance mode.
+    PatchBeforeDrained,
+    /// A drain timeout still patches Core Hub.
+    RefusedPatches,
+    /// A Refused update sets the phase to Current.
+    RefusedPhaseCurrent,
+    /// Drain, done, drops the first pipeline of the ledger: nothing asks Core Hub to take it out.
+    DropFromLedger,
+    /// A Core Hub that does not come up is not put back on the image it ran before.
+    NoRollback,
+    /// A finished update is recorded twice in `status.history`.
+    HistoryTwice,
+    /// The Core Hub worker forgets which pipelines it asked into maintenance mode.
+    ForgetAsked,
+    /// Between updates, `Ready` is False with neither `Reconciling` nor `Stalled` True.
+    ReadyAlone,
+    /// An image change also sets the container's `imagePullPolicy`.
+    PullPolicy,
+}
+
+impl Mutant {
+    #[cfg(all(not(test), feature = "test-hooks"))]
+    const ALL: [Mutant; 11] = [
+        Mutant::OldResume,
+        Mutant::PauseBeforeRecord,
+        Mutant::PatchBeforeDrained,
+        Mutant::RefusedPatches,
+        Mutant::RefusedPhaseCurrent,
+        Mutant::DropFromLedger,
+        Mutant::NoRollback,
+        Mutant::HistoryTwice,
+        Mutant::ForgetAsked,
+        Mutant::ReadyAlone,
+        Mutant::PullPolicy,
+    ];
+}
+
+#[cfg(test)]
+thread_local! {
+    static MUTANT: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Switches a deliberate bug on (or off) for this thread.
+#[cfg(test)]
+pub(crate) fn set_mutant(m: Option<Mutant>) {
+    MUTANT.with(|c| c.set(m));
+}
+
+/// The deliberate bug `GKO_TEST_MUTANT` names (read once). An unknown name stops the process: a test
+/// that asks for a bug must get it.
+#[cfg(all(not(test), feature = "test-hooks"))]
+pub(crate) fn process_mutant() -> Option<Mutant> {
+    static MUTANT: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
+    *MUTANT.get_or_init(|| {
+        let name = std::env::var("GKO_TEST_MUTANT").ok()?;
+        let found = Mutant::ALL.into_iter().find(|m| format!("{m:?}") == name);
+        match found {
+            Some(m) => {
+                tracing::warn!(mutant = ?m, "a deliberate bug is switched on (GKO_TEST_MUTANT)")
+            }
+            None => panic!("GKO_TEST_MUTANT={name} names no deliberate bug"),
+        }
+        found
+    })
+}
+
+/// Is this deliberate bug on? Never without the feature `test-hooks`.
+#[allow(unused_variables)]
+#[inline]
+pub(crate) fn mutated(m: Mutant) -> bool {
+    #[cfg(test)]
+    {
+        MUTANT.with(|c| c.get() == Some(m))
+    }
+    #[cfg(all(not(test), feature = "test-hooks"))]
+    {
+        process_mutant() == Some(m)
+    }
+    #[cfg(all(not(test), not(feature = "test-hooks")))]
+    {
+        false
+    }
+}
+
+/// A fault point (feature `test-hooks`): with `GKO_PAUSE_AFTER_STATUS_WRITE=<position>`, the process writes `fault point hit` to
+/// standard error and stops acting right after the status write that enters that position, before the
+/// actions and the background work that follow it, so a test can kill it exactly there. A position is
+/// an update's step (`Drain`, or `Drain:Asked`: the write that records the first pipelines asked to
+/// enter maintenance mode), or a disaster-recovery phase with the workload being changed
+/// (`DR:SettingUp:0:RollingOut`, `DR:Active`).
+#[cfg(feature = "test-hooks")]
+pub(crate) fn fault_point(
+    before: Option<&GluesyncPlatformStatus>,
+    after: &GluesyncPlatformStatus,
+) -> bool {
+    let Ok(wanted) = std::env::var("GKO_PAUSE_AFTER_STATUS_WRITE") else {
+        return false;
+    };
+    let entered = position(Some(after));
+    entered.as_deref() == Some(wanted.as_str()) && position(before) != entered
+}
+
+/// Where a status stands, for [`fault_point`].
+#[cfg(feature = "test-hooks")]
+fn position(s: Option<&GluesyncPlatformStatus>) -> Option<String> {
+    let s = s?;
+    if let Some(u) = &s.update {
+        // Drain records the pipelines it asks before asking them: `Drain:Asked` is right after that write.
+        let asked = if u.asked_pipelines.is_empty() {
+            ""
+        } else {
+            ":Asked"
+        };
+        return Some(format!("{:?}{asked}", u.step.name()));
+    }
+    let dr = s.disaster_recovery.as_ref()?;
+    let moving = dr
+        .components
+        .iter()
+        .enumerate()
+        .find(|(_, c)| {
+            matches!(
+                c.state,
+                DisasterRecoveryComponentState::RollingOut
+                    | DisasterRecoveryComponentState::Restoring
+            )
+        })
+        .map(|(i, c)| format!(":{i}:{:?}", c.state))
+        .unwrap_or_else(|| {
+            // Every workload changed (or put back): the Service (or the clean-up) is next.
+            let all =
+                |state| !dr.components.is_empty() && dr.components.iter().all(|c| c.state == state);
+            match dr.phase {
+                DisasterRecoveryPhase::SettingUp if all(DisasterRecoveryComponentState::Ready) => {
+                    ":Service".into()
+                }
+                DisasterRecoveryPhase::TearingDown | DisasterRecoveryPhase::RollingBack
+                    if all(DisasterRecoveryComponentState::Restored) =>
+                {
+                    ":Cleanup".into()
+                }
+                _ => String::new(),
+            }
+        });
+    Some(format!("DR:{}{moving}", dr.phase.as_str()))
+}
