@@ -17,8 +17,8 @@ use k8s_openapi::{
 use kube::ResourceExt;
 
 use crate::{
+    api::version::ImageRef,
     api::{CONTAINER_ANNOTATION, ComponentStatus, ComponentType, TYPE_LABEL, WorkloadKind},
-    version::ImageRef,
 };
 
 /// The label the Deployment controller puts on a ReplicaSet's pods: the hash its name ends in.
@@ -335,7 +335,7 @@ impl Workload {
         let image = ImageRef::parse(&self.image);
         image
             .version_text()
-            .filter(|v| v.parse::<crate::version::Version>().is_ok())
+            .filter(|v| v.parse::<crate::api::version::Version>().is_ok())
             .map(str::to_string)
     }
 

@@ -19,9 +19,9 @@ use tracing::{info, instrument, warn};
 use crate::{
     api::{DisasterRecoveryPhase, GluesyncPlatform, GluesyncPlatformStatus, UpdateStep},
     background::Tasks,
-    catalog::{Answer, Check},
     corehub::{Report, Target, Work},
     spill::{self, NotYet},
+    update::catalog::{Answer, Check},
     update::{
         self, Action, Observed,
         disaster::{self, DrObjects, SecretState},
@@ -175,11 +175,11 @@ pub async fn reconcile(gsp: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<
                     );
                     #[cfg(feature = "test-hooks")]
                     let hit = crate::update::fault_point(gsp.status.as_ref(), s);
-                    let before =
-                        crate::status::stalled(gsp.status.as_ref()).map(|(r, _)| r.to_string());
+                    let before = crate::update::status::stalled(gsp.status.as_ref())
+                        .map(|(r, _)| r.to_string());
                     // The complete status (long lists and all) goes on with the written object.
                     written.status = Some(decision.status);
-                    let stalled = crate::status::stalled(written.status.as_ref())
+                    let stalled = crate::update::status::stalled(written.status.as_ref())
                         .filter(|(r, _)| before.as_deref() != Some(*r) && !r.starts_with("Update"))
                         .map(|(r, m)| (r.to_string(), m.to_string()));
                     gsp = written;

@@ -1,7 +1,6 @@
 //! GKO, the Gluesync Kubernetes Operator: keeps a Gluesync install on Kubernetes at the Core Hub version
 //! its `GluesyncPlatform` asks for, and reports what runs.
 
-pub mod access;
 pub mod api;
 pub mod background;
 pub mod bounded;
@@ -10,16 +9,13 @@ pub mod cluster;
 pub mod conductor;
 pub mod controller;
 pub mod corehub;
-pub mod ids;
 pub mod lease;
 pub mod listener;
 pub mod metrics;
 pub mod operator;
 pub mod reference;
 pub mod spill;
-pub mod status;
 pub mod update;
-pub mod version;
 pub mod view;
 pub mod watches;
 pub mod writer;

@@ -148,7 +148,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .conductor_tls_cert
             .zip(args.conductor_tls_key)
             .map(|(cert, key)| gluesync_operator::conductor::TlsFiles { cert, key }),
-        access: gluesync_operator::access::Access::from_lists(
+        access: gluesync_operator::update::access::Access::from_lists(
             &args.allowed_secrets,
             &args.allowed_corehub_urls,
         ),

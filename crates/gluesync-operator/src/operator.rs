@@ -46,7 +46,7 @@ pub struct Settings {
     /// Leader election durations; `None` runs without a Lease (a single GKO, as in some tests).
     pub leader_election: Option<lease::Durations>,
     /// The Secrets GKO may read and the Core Hub URLs it may send credentials to.
-    pub access: crate::access::Access,
+    pub access: crate::update::access::Access,
 }
 
 impl Settings {
@@ -57,7 +57,7 @@ impl Settings {
             conductor_addr: None,
             conductor_tls: None,
             leader_election: Some(lease::Durations::default()),
-            access: crate::access::Access::default(),
+            access: crate::update::access::Access::default(),
         }
     }
 }

@@ -38,7 +38,7 @@ pub struct View {
     /// This process's name (the pod name in a cluster).
     pub instance: Option<String>,
     /// The Secrets it may read and the Core Hub URLs it may call.
-    pub access: crate::access::Access,
+    pub access: crate::update::access::Access,
 }
 
 impl View {

@@ -18,8 +18,8 @@ use serde_json::json;
 
 use crate::{
     api::{
-        FIELD_MANAGER, FINALIZER, GluesyncPlatform, GluesyncPlatformStatus, REQUEST_ANNOTATION,
-        WorkloadKind,
+        FIELD_MANAGER, FINALIZER, GluesyncPlatform, GluesyncPlatformStatus, Made,
+        REQUEST_ANNOTATION, UiRequest, WorkloadKind,
     },
     lease::Leadership,
     metrics::Metrics,
@@ -32,25 +32,6 @@ pub struct Writer {
     recorder: Arc<Recorder>,
     metrics: Arc<Metrics>,
     leadership: Leadership,
-}
-
-/// An update request of the Core Hub UI, as GKO writes it into the spec and the request annotation.
-#[derive(Clone, Copy)]
-pub struct UpdateRequest<'a> {
-    pub version: &'a str,
-    pub modules: &'a BTreeMap<String, String>,
-    /// The new `spec.requestID`.
-    pub id: &'a str,
-    pub channel: crate::api::ReleaseChannel,
-    /// The components the request named; empty: every component.
-    pub ids: &'a [String],
-}
-
-/// What a disaster-recovery setup makes: the Service, and the shared secret in the pair's Secret.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Made {
-    Service,
-    Secret,
 }
 
 /// A write refused by the API server because the object changed since it was read.
@@ -409,24 +390,12 @@ impl Writer {
     pub async fn write_update_request(
         &self,
         gsp: &GluesyncPlatform,
-        request: &UpdateRequest<'_>,
-        caller: &crate::conductor::Caller,
+        version: &str,
+        modules: &BTreeMap<String, String>,
+        request: &UiRequest,
     ) -> Result<GluesyncPlatform, kube::Error> {
-        let UpdateRequest {
-            version,
-            modules,
-            id: request_id,
-            channel,
-            ids,
-        } = *request;
-        let request = json!({
-            "id": request_id,
-            "channel": channel,
-            "ids": ids,
-            "username": caller.username,
-            "role": caller.role,
-        })
-        .to_string();
+        let request_id = &request.id;
+        let request = request.to_annotation();
         let ns = gsp.namespace().unwrap_or_default();
         let api: Api<GluesyncPlatform> = Api::namespaced(self.client.clone(), &ns);
         let patch = json!({

@@ -12,15 +12,17 @@ mod argocd;
 
 use argocd::{HEALTH_LUA, argocd_health, base_lua};
 use gluesync_operator::{
-    access::Access,
     api::{
         Attempt, ComponentType, GluesyncPlatform, GluesyncPlatformSpec, Step, UpdatePolicy,
         UpdateResult, WorkloadKind,
     },
     cluster::Workload,
     corehub::Report,
-    status::{self, READY, RECONCILING, STALLED},
-    update::{self, Observed},
+    update::{
+        self, Observed,
+        access::Access,
+        status::{self, READY, RECONCILING, STALLED},
+    },
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};

@@ -3,8 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Answer, Check};
 use crate::background::{Input, lock};
+use crate::update::catalog::{Answer, Check};
 
 /// Runs until the controller drops the work's sender.
 pub async fn run(mut input: Input<Check, Option<Answer>>) {

@@ -96,7 +96,7 @@ impl Harness {
                 spilled: reflector::store().0,
                 changed: tokio::sync::watch::channel(0).0,
                 instance: None,
-                access: crate::access::Access::default(),
+                access: crate::update::access::Access::default(),
             })
         });
         Harness { view, runtime }

@@ -30,9 +30,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{
+    api::version::ImageRef,
     api::{ComponentResultStatus, ComponentType, GluesyncPlatform, ReleaseChannel, UpdatePolicy},
     corehub::{CoreHub, Target},
-    version::ImageRef,
     view::View,
 };
 
@@ -713,7 +713,7 @@ async fn accept_update(
             "this install is offline: set spec.version and spec.modules in the GluesyncPlatform",
         ));
     } else {
-        let check = crate::catalog::check(&gsp, &workloads, String::new(), channel);
+        let check = crate::update::catalog::check(&gsp, &workloads, String::new(), channel);
         match crate::catalog::latest(&check.base, channel, &check.images).await {
             Ok(l) => l,
             Err(e) => {
@@ -761,14 +761,15 @@ async fn accept_update(
             .writer
             .write_update_request(
                 &gsp,
-                &crate::writer::UpdateRequest {
-                    version: &version,
-                    modules: &modules,
-                    id: &request_id,
+                &version,
+                &modules,
+                &crate::api::UiRequest {
+                    id: request_id.clone(),
                     channel,
-                    ids: &ids,
+                    ids: ids.clone(),
+                    username: Some(caller.username.clone()),
+                    role: Some(caller.role.clone()),
                 },
-                caller,
             )
             .await;
         match written {
@@ -871,9 +872,9 @@ fn asked(
     // never takes a component back (a beta that runs stays when GA is asked for).
     let latest_of = |w: &crate::cluster::Workload| {
         let candidate = latest.get(ImageRef::parse(&w.image).name())?;
-        let running = crate::version::image_version(&w.image).ok()?;
+        let running = crate::api::version::image_version(&w.image).ok()?;
         let newer = candidate
-            .parse::<crate::version::Version>()
+            .parse::<crate::api::version::Version>()
             .is_ok_and(|c| c > running);
         newer.then(|| candidate.clone())
     };
@@ -1062,7 +1063,7 @@ async fn service_version(
         .catalog
         .url
         .as_deref()
-        .unwrap_or(crate::catalog::DEFAULT_URL);
+        .unwrap_or(crate::update::catalog::DEFAULT_URL);
     let entry = match crate::catalog::CatalogClient::new(base) {
         Ok(c) => c.entry(ImageRef::parse(&w.image).name()).await,
         Err(e) => {
@@ -1085,7 +1086,7 @@ async fn service_version(
     };
     let current = w.version();
     let mut to_update = vec![];
-    let check = crate::catalog::check(&gsp, &workloads, String::new(), channel);
+    let check = crate::update::catalog::check(&gsp, &workloads, String::new(), channel);
     if w.component_type == Some(ComponentType::CoreHub)
         && let Ok(latest) = crate::catalog::latest(&check.base, channel, &check.images).await
     {
@@ -1097,8 +1098,8 @@ async fn service_version(
                 || (gko_updates && m.component_type == Some(ComponentType::Operator))
         }) {
             if let (Some(l), Some(c)) = (latest.get(ImageRef::parse(&m.image).name()), m.version())
-                && l.parse::<crate::version::Version>().ok()
-                    > c.parse::<crate::version::Version>().ok()
+                && l.parse::<crate::api::version::Version>().ok()
+                    > c.parse::<crate::api::version::Version>().ok()
             {
                 to_update.push(m.name.clone());
             }

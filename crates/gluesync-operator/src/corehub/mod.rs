@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use crate::ids::{PipelineId, PipelineList};
+use crate::api::ids::{PipelineId, PipelineList};
 
 /// Where and how to reach Core Hub, as the spec and the namespace say; the worker reads the Secrets.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -541,7 +541,7 @@ mod listing {
     };
 
     use super::Pipeline;
-    use crate::ids::PipelineId;
+    use crate::api::ids::PipelineId;
 
     /// The whole answer: a list, or `{pipelines: [...]}`.
     pub struct Answer<'a>(pub &'a [Pipeline]);

@@ -45,7 +45,7 @@ pub struct Env {
     /// Set on shutdown: no new call starts.
     pub stopping: std::sync::atomic::AtomicBool,
     /// The Secrets it may read.
-    pub access: crate::access::Access,
+    pub access: crate::update::access::Access,
 }
 
 impl Env {
@@ -83,7 +83,7 @@ pub async fn connect(
     client: &kube::Client,
     namespace: &str,
     instance: Option<&str>,
-    access: &crate::access::Access,
+    access: &crate::update::access::Access,
     target: &Target,
 ) -> Result<CoreHub, String> {
     // The engine never hands over a target naming another Secret; this refuses it again.

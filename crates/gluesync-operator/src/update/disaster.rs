@@ -20,11 +20,10 @@ use crate::{
     api::{
         ComponentType, DR_ANNOTATION, DR_SECRET_KEY, DR_SECRET_SUFFIX, DisasterRecoveryComponent,
         DisasterRecoveryComponentState as State, DisasterRecoveryPhase as Phase,
-        DisasterRecoverySpec, DisasterRecoveryStatus, GluesyncPlatform, WorkloadKind,
+        DisasterRecoverySpec, DisasterRecoveryStatus, GluesyncPlatform, Made, WorkloadKind,
     },
     cluster::Workload,
-    status::{READY, RECONCILING, STALLED},
-    writer::Made,
+    update::status::{READY, RECONCILING, STALLED},
 };
 
 /// The volume (and its mount) that holds the pair's Secret in Core Hub's and Chronos's pods.
@@ -149,7 +148,7 @@ fn targets<'a>(obs: &Observed<'a>) -> Result<Vec<&'a Workload>, String> {
     }
     let chronos = obs.workloads.iter().filter(|w| {
         w.component_type == Some(ComponentType::Module)
-            && crate::version::ImageRef::parse(&w.image).name() == "gluesync-chronos"
+            && crate::api::version::ImageRef::parse(&w.image).name() == "gluesync-chronos"
     });
     let all: Vec<&Workload> = core.into_iter().chain(chronos).collect();
     if let Some(w) = all.iter().find(|w| w.container.is_none()) {
@@ -933,7 +932,9 @@ fn show_busy(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
     d.status.conditions = [(READY, false), (RECONCILING, true), (STALLED, false)]
         .into_iter()
         .map(|(t, v)| {
-            crate::status::condition(&previous, t, v, &reason, &message, generation, &obs.now)
+            crate::update::status::condition(
+                &previous, t, v, &reason, &message, generation, &obs.now,
+            )
         })
         .collect();
 }

@@ -2,12 +2,12 @@
 
 use super::{Decision, HISTORY_LIMIT, Observed, rollout::is_core};
 use crate::{
+    api::version::ImageRef,
     api::{
         Attempt, ComponentResult, ComponentResultStatus, ComponentState, ComponentType,
         GluesyncPlatform, HistoryEntry, PlannedComponent, UpdateResult, UpdateStatus,
     },
-    status,
-    version::ImageRef,
+    update::status,
 };
 
 fn version_of(image: &str) -> Option<String> {

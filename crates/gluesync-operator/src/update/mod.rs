@@ -33,10 +33,10 @@ use crate::{
         ComponentType, FINALIZER, GluesyncPlatform, GluesyncPlatformStatus, Outcome, Phase,
         ReleaseChannel, Step, UpdateResult, UpdateStatus, UpdateStep, WorkloadKind,
     },
-    catalog::{Answer, Check},
     cluster::Workload,
     corehub::{Report, Target, Work},
-    status::{self, READY, RECONCILING, STALLED},
+    update::catalog::{Answer, Check},
+    update::status::{READY, RECONCILING, STALLED},
 };
 
 #[cfg(feature = "test-hooks")]
@@ -44,6 +44,9 @@ pub(crate) use mutants::fault_point;
 #[cfg(all(not(test), feature = "test-hooks"))]
 pub(crate) use mutants::process_mutant;
 pub(crate) use mutants::{Mutant, mutated};
+pub mod access;
+pub mod catalog;
+pub mod status;
 pub use plan::target_image;
 
 /// How many updates `status.history` keeps.
@@ -64,7 +67,7 @@ pub struct Observed<'a> {
     /// may call it.
     pub target: Option<Target>,
     /// Why the spec asks for a Secret or a Core Hub URL this GKO may not use, if it does.
-    pub access_problem: Option<crate::status::Problem>,
+    pub access_problem: Option<crate::api::Problem>,
     /// The image this GKO runs, read from its own pod (`None` when it does not know its pod).
     pub me: Option<String>,
     /// The disaster-recovery Secret and Service, when a setup is wanted or in place.
@@ -103,7 +106,7 @@ pub enum Action {
     /// Write the disaster-recovery Service.
     ApplyService(Box<k8s_openapi::api::core::v1::Service>),
     /// Remove what a disaster-recovery setup made: delete the Service, empty the pair's Secret.
-    RemoveMade(crate::writer::Made, String),
+    RemoveMade(crate::api::Made, String),
 }
 
 /// A Kubernetes event to record on the GluesyncPlatform.
@@ -251,14 +254,14 @@ pub fn decide(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     // A catalog answer not yet taken in goes into the status first, so that the phase reads it.
     let mut taken = None;
     if let Some(answer) = obs.catalog
-        && answer.token == crate::catalog::due_token(gsp)
-        && crate::catalog::due(gsp, &obs.now).is_some_and(|d| d.is_zero())
+        && answer.token == crate::update::catalog::due_token(gsp)
+        && crate::update::catalog::due(gsp, &obs.now).is_some_and(|d| d.is_zero())
     {
         let mut checked = gsp.clone();
         let mut status = checked.status.clone().unwrap_or_default();
         let failed_before = status.catalog.as_ref().and_then(|c| c.error.clone());
         status.components = status::components(gsp, obs.workloads);
-        crate::catalog::apply(gsp, &mut status, &answer.result, &answer.at);
+        crate::update::catalog::apply(gsp, &mut status, &answer.result, &answer.at);
         checked.status = Some(status);
         let newly_failed = answer
             .result
@@ -375,49 +378,26 @@ fn mark_updating(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision, u: Up
     d.status.update = Some(u);
 }
 
-/// An update request of the Core Hub UI, as the Conductor API recorded it in the annotation
-/// `gluesync.molo17.com/request` beside the `spec.requestID` it wrote.
-#[derive(serde::Deserialize)]
-pub(crate) struct UiRequest {
-    id: String,
-    channel: ReleaseChannel,
-    #[serde(default)]
-    username: Option<String>,
-    #[serde(default)]
-    role: Option<String>,
-    /// The components the request named ("update one component"); empty: every component.
-    #[serde(default)]
-    ids: Vec<String>,
-}
-
 /// The components a new request of the Core Hub UI named, when it named some: only they move by the
 /// catalog (a pin moves its component whatever asked).
 fn named_components(gsp: &GluesyncPlatform, u: &UpdateStatus) -> Option<Vec<String>> {
-    ui_request(gsp)
+    crate::api::UiRequest::of(gsp)
         .filter(|_| u.new_request)
         .map(|r| r.ids)
         .filter(|ids| !ids.is_empty())
 }
 
-/// The Core Hub UI's request for the current `spec.requestID`, if that is where it came from.
-fn ui_request(gsp: &GluesyncPlatform) -> Option<UiRequest> {
-    gsp.annotations()
-        .get(crate::api::REQUEST_ANNOTATION)
-        .and_then(|a| serde_json::from_str::<UiRequest>(a).ok())
-        .filter(|r| Some(&r.id) == gsp.spec.request_id.as_ref())
-}
-
 /// The channel an update takes its versions from: the Core Hub UI's request for this `requestID`, else
 /// the spec's.
 fn request_channel(gsp: &GluesyncPlatform) -> ReleaseChannel {
-    ui_request(gsp).map_or(gsp.spec.release_channel, |r| r.channel)
+    crate::api::UiRequest::of(gsp).map_or(gsp.spec.release_channel, |r| r.channel)
 }
 
 /// Who asked for an update that starts now: the Core Hub UI's user when a new `requestID` of theirs
 /// started it, else a change of the resource.
 fn requested_by(gsp: &GluesyncPlatform, new_request: bool) -> crate::api::RequestedBy {
     use crate::api::{RequestVia, RequestedBy};
-    match ui_request(gsp).filter(|_| new_request) {
+    match crate::api::UiRequest::of(gsp).filter(|_| new_request) {
         Some(r) => RequestedBy {
             username: r.username,
             role: r.role,
@@ -548,12 +528,12 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             .collect();
     }
     if !deleting {
-        match crate::catalog::due(gsp, &obs.now) {
+        match crate::update::catalog::due(gsp, &obs.now) {
             Some(wait) if wait.is_zero() => {
-                d.catalog = Some(crate::catalog::check(
+                d.catalog = Some(crate::update::catalog::check(
                     gsp,
                     obs.workloads,
-                    crate::catalog::due_token(gsp),
+                    crate::update::catalog::due_token(gsp),
                     gsp.spec.release_channel,
                 ));
             }

@@ -141,11 +141,15 @@ impl State {
             image_changed: false,
         };
         // Settled at 2.3.2.1, with the catalog saying 2.3.2.2 is available; then the spec asks for it.
-        let mut status = crate::status::idle(&gsp, &s.workloads(), &time(0, 0));
-        status.components = crate::status::components(&gsp, &s.workloads());
-        crate::catalog::apply(&gsp, &mut status, &Ok(catalog()), &time(0, 0));
+        let mut status = crate::update::status::idle(&gsp, &s.workloads(), &time(0, 0));
+        status.components = crate::update::status::components(&gsp, &s.workloads());
+        crate::update::catalog::apply(&gsp, &mut status, &Ok(catalog()), &time(0, 0));
         gsp.status = Some(status);
-        gsp.status = Some(crate::status::idle(&gsp, &s.workloads(), &time(0, 0)));
+        gsp.status = Some(crate::update::status::idle(
+            &gsp,
+            &s.workloads(),
+            &time(0, 0),
+        ));
         gsp.spec = spec("2.3.2.2");
         gsp.metadata.generation = Some(2);
         s.gsp = gsp;

@@ -23,7 +23,7 @@ use crate::{
         UpdateStep,
     },
     corehub::{Listing, Pipeline, Work, in_maintenance},
-    status::{self, READY, RECONCILING, STALLED},
+    update::status::{self, READY, RECONCILING, STALLED},
 };
 
 /// How often Core Hub is listed while pipelines drain or resume.

@@ -2,14 +2,14 @@
 
 use super::{Decision, Observed, move_to, settle_outcome, step};
 use crate::{
+    api::version::{ImageRef, Version},
     api::{
         ComponentState, ComponentType, GluesyncPlatform, PipelineList, PlannedComponent,
         UpdateResult, UpdateStatus, UpdateStep,
     },
-    catalog::Check,
     cluster::Workload,
-    status,
-    version::{ImageRef, Version},
+    update::catalog::Check,
+    update::status,
 };
 
 /// How long Preflight waits for the catalog's answer before it goes on without it.
@@ -144,7 +144,7 @@ fn preflight_check(gsp: &GluesyncPlatform, obs: &Observed, u: &UpdateStatus) -> 
         u.started_at.0.as_second(),
         u.channel.as_str()
     );
-    crate::catalog::check(gsp, obs.workloads, token, u.channel)
+    crate::update::catalog::check(gsp, obs.workloads, token, u.channel)
 }
 
 pub(super) fn preflight(
@@ -167,7 +167,7 @@ pub(super) fn preflight(
         if w.component_type == Some(ComponentType::Operator) {
             continue;
         }
-        if crate::version::image_version(&w.image).is_err() {
+        if crate::api::version::image_version(&w.image).is_err() {
             return refuse(
                 gsp,
                 u,
@@ -243,7 +243,7 @@ pub(super) fn preflight(
                 Some(to) => {
                     let note = format!(
                         "GKO updates itself to {} once this update has ended",
-                        crate::version::image_version(&to)
+                        crate::api::version::image_version(&to)
                             .map(|v| v.to_string())
                             .unwrap_or_else(|_| to.clone())
                     );

@@ -22,12 +22,12 @@
 
 use super::{Action, Decision, Observed, passed, plus, requeue_after_secs};
 use crate::{
+    api::version::{ImageRef, Version},
     api::{
         ComponentResultStatus, ComponentState, ComponentType, GluesyncPlatform, PlannedComponent,
         SelfUpdate, SelfUpdatePhase, UpdatePolicy,
     },
     cluster::Workload,
-    version::{ImageRef, Version},
 };
 
 /// GKO's own Deployment: the one workload labelled `operator`.
@@ -194,10 +194,10 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         }
         true
     };
-    let to_version = crate::version::image_version(&su.to_image)
+    let to_version = crate::api::version::image_version(&su.to_image)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| su.to_image.clone());
-    let from_version = crate::version::image_version(&su.from_image)
+    let from_version = crate::api::version::image_version(&su.from_image)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| su.from_image.clone());
     let timeout = gsp.spec.stability_timeout_seconds;

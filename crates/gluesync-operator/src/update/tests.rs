@@ -205,7 +205,7 @@ struct World {
     /// The disaster-recovery Secret and Service.
     dr: super::disaster::DrObjects,
     /// Why GKO may not work on the platform, if it may not.
-    access: Option<crate::status::Problem>,
+    access: Option<crate::api::Problem>,
 }
 
 impl World {
@@ -1200,7 +1200,7 @@ fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
     }));
     let w = install();
     let report = Report::default();
-    let access = crate::access::Access::from_lists("corehub-credentials", "");
+    let access = crate::update::access::Access::from_lists("corehub-credentials", "");
     let problem = access.problem(&g, &w, "ns");
     assert_eq!(problem.as_ref().map(|p| p.reason), Some("SecretNotAllowed"));
     let d = decide(
@@ -1692,7 +1692,7 @@ fn a_deleted_platform_gko_may_not_work_on_goes_once_the_pipelines_deadline_passe
     let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
     world.step(&mut g, 101);
     g.metadata.deletion_timestamp = Some(at(101));
-    world.access = Some(crate::status::Problem {
+    world.access = Some(crate::api::Problem {
         reason: "SecretNotAllowed",
         message: "GKO's installation does not allow it to read Secret billing-db".into(),
     });

@@ -150,8 +150,8 @@ impl Drop for Operator {
 pub const ALLOWED_SECRETS: &str = "corehub-credentials,corehub-ca,gluesync-disaster-recovery";
 pub const ALLOWED_COREHUB_URLS: &str = "http://127.0.0.1:*,https://127.0.0.1:*";
 
-pub fn test_access() -> gluesync_operator::access::Access {
-    gluesync_operator::access::Access::from_lists(ALLOWED_SECRETS, ALLOWED_COREHUB_URLS)
+pub fn test_access() -> gluesync_operator::update::access::Access {
+    gluesync_operator::update::access::Access::from_lists(ALLOWED_SECRETS, ALLOWED_COREHUB_URLS)
 }
 
 pub fn platforms(ns: &TestNamespace) -> Api<GluesyncPlatform> {

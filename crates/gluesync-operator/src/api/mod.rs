@@ -10,7 +10,14 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::ids::{PipelineId, PipelineList};
+pub mod ids;
+mod problem;
+mod request;
+pub mod version;
+
+pub use ids::{PipelineId, PipelineList};
+pub use problem::Problem;
+pub use request::UiRequest;
 
 /// API group of the custom resource.
 pub const GROUP: &str = "gluesync.molo17.com";
@@ -1009,6 +1016,13 @@ impl ServiceType {
             ServiceType::ClusterIP => "ClusterIP",
         }
     }
+}
+
+/// What a disaster-recovery setup makes: the Service, and the shared secret in the pair's Secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Made {
+    Service,
+    Secret,
 }
 
 /// The disaster-recovery setup as GKO has reached it.

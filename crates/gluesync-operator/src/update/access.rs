@@ -7,9 +7,9 @@
 use std::collections::BTreeSet;
 
 use crate::{
+    api::Problem,
     api::{ComponentType, GluesyncPlatform},
     cluster::Workload,
-    status::Problem,
 };
 
 /// What this GKO may read and where it may call Core Hub.

@@ -5,25 +5,17 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::{
+    api::version::{ImageRef, Version},
     api::{
-        ComponentStatus, ComponentType, GluesyncPlatform, GluesyncPlatformStatus, Phase,
+        ComponentStatus, ComponentType, GluesyncPlatform, GluesyncPlatformStatus, Phase, Problem,
         UpdateResult,
     },
     cluster::Workload,
-    version::{ImageRef, Version},
 };
 
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
 pub const STALLED: &str = "Stalled";
-
-/// Why the install cannot be worked on until a person changes something.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// Condition reason and Warning event reason.
-    pub reason: &'static str,
-    pub message: String,
-}
 
 /// The components in the order users read them: Core Hub, agents, modules, third-party, GKO; then by name.
 pub fn components(gsp: &GluesyncPlatform, workloads: &[Workload]) -> Vec<ComponentStatus> {
