@@ -631,7 +631,8 @@ async fn rollout_without_gko(ns: &TestNamespace, image: &str) -> anyhow::Result<
     .await?;
     loop {
         let s = sts.get("gluesync-gluesync-core-hub").await?;
-        let w = gluesync_operator::cluster::Workload::from_statefulset(&s).context("labelled")?;
+        let w = gluesync_operator::update::observed::Workload::from_statefulset(&s)
+            .context("labelled")?;
         if w.ready && w.image == image {
             return Ok(start.elapsed().as_secs_f64());
         }

@@ -1,8 +1,8 @@
 //! What GKO reads from and writes to the cluster.
 //!
 //! The labelled StatefulSets and Deployments of the namespace become [`Workload`]s, a pure projection
-//! that the rest of GKO works on, each with the pods it owns. Every write goes through
-//! [`crate::writer::Writer`], which the Lease gates.
+//! that the rest of GKO works on, each with the pods it owns. Every write goes through the writer, which
+//! the Lease gates.
 //!
 //! A workload's pods are found through their owners, not through its label selector: selectors may use
 //! `matchExpressions` and may overlap between workloads, owners do neither. See [`owner_of`].
@@ -17,63 +17,12 @@ use k8s_openapi::{
 use kube::ResourceExt;
 
 use crate::{
-    api::version::ImageRef,
-    api::{CONTAINER_ANNOTATION, ComponentStatus, ComponentType, TYPE_LABEL, WorkloadKind},
+    api::{CONTAINER_ANNOTATION, ComponentType, TYPE_LABEL, WorkloadKind},
+    update::observed::{PodView, Workload},
 };
 
 /// The label the Deployment controller puts on a ReplicaSet's pods: the hash its name ends in.
 pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
-
-/// A labelled StatefulSet or Deployment, as GKO sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Workload {
-    pub kind: WorkloadKind,
-    pub name: String,
-    /// Its `metadata.uid`: a StatefulSet's pods name it in their ownerReference.
-    pub uid: String,
-    /// The label value, or `None` when it is not one GKO knows.
-    pub component_type: Option<ComponentType>,
-    pub label_value: String,
-    /// The container whose image GKO manages, or `None` when the annotation names one that is not there.
-    pub container: Option<String>,
-    /// That container's image ("" when there is none).
-    pub image: String,
-    /// The workload controller has seen the latest spec, and every replica runs it and is ready.
-    pub ready: bool,
-    /// A Deployment that ran out of its progress deadline in its current rollout (the condition is read only
-    /// once the Deployment controller has seen the latest spec, so one left from an earlier rollout does
-    /// not count).
-    pub progress_deadline_exceeded: bool,
-    /// Why a new image would never roll out by itself, when that is so: a StatefulSet with
-    /// `updateStrategy.type: OnDelete` or a `rollingUpdate.partition` above 0, a paused Deployment.
-    pub rollout_blocker: Option<String>,
-    /// Its pods (those it owns, see [`owner_of`]), seen through the managed container.
-    pub pods: Vec<PodView>,
-    /// GKO's own Deployment: the phase in its `gluesync.molo17.com/self-update` annotation, if any.
-    pub self_update_mark: Option<String>,
-    /// Its pod template, as the workload's spec has it (what a disaster-recovery setup changes).
-    pub template: Box<PodTemplateSpec>,
-    /// Its `spec.selector.matchLabels`: the pods a Service in front of it selects.
-    pub selector: std::collections::BTreeMap<String, String>,
-}
-
-/// A pod of a managed workload, as the stability check reads it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PodView {
-    pub name: String,
-    /// Its `metadata.uid`: a pod replaced under the same name is another pod.
-    pub uid: String,
-    /// Image of the managed container.
-    pub image: String,
-    pub ready: bool,
-    /// Why the managed container waits, if it does: (reason, message).
-    pub waiting: Option<(String, String)>,
-    /// Restart count of the managed container.
-    pub restarts: i32,
-    /// The disaster-recovery setup its template carried (its `gluesync.molo17.com/disaster-recovery`
-    /// annotation), if any.
-    pub dr_mark: Option<String>,
-}
 
 impl PodView {
     pub fn from_pod(pod: &Pod, container: &str) -> Option<PodView> {
@@ -288,16 +237,6 @@ impl Workload {
         }
     }
 
-    /// The disaster-recovery setup its pod template carries, if any.
-    pub fn dr_mark(&self) -> Option<&str> {
-        self.template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.annotations.as_ref())
-            .and_then(|a| a.get(crate::api::DR_ANNOTATION))
-            .map(String::as_str)
-    }
-
     /// The pod is this workload's: [`owner_of`] names its kind and name and, for a StatefulSet, the
     /// ownerReference carries its uid (a pod left from a deleted StatefulSet of the same name is not).
     pub fn owns(&self, pod: &Pod) -> bool {
@@ -321,35 +260,6 @@ impl Workload {
             .filter_map(|p| PodView::from_pod(p, &container))
             .collect();
         self.pods.sort_by(|a, b| a.name.cmp(&b.name));
-    }
-
-    pub fn kind_name(&self) -> &'static str {
-        match self.kind {
-            WorkloadKind::StatefulSet => "StatefulSet",
-            WorkloadKind::Deployment => "Deployment",
-        }
-    }
-
-    /// The version its image runs, when the tag carries one.
-    pub fn version(&self) -> Option<String> {
-        let image = ImageRef::parse(&self.image);
-        image
-            .version_text()
-            .filter(|v| v.parse::<crate::api::version::Version>().is_ok())
-            .map(str::to_string)
-    }
-
-    /// Its line in `status.components`; `None` for a workload GKO cannot manage.
-    pub fn component_status(&self, available: Option<String>) -> Option<ComponentStatus> {
-        Some(ComponentStatus {
-            name: self.name.clone(),
-            component_type: self.component_type?,
-            kind: self.kind,
-            image: self.image.clone(),
-            version: self.version(),
-            available,
-            ready: self.ready,
-        })
     }
 }
 

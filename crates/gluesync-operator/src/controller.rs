@@ -19,9 +19,9 @@ use tracing::{info, instrument, warn};
 use crate::{
     api::{DisasterRecoveryPhase, GluesyncPlatform, GluesyncPlatformStatus, UpdateStep},
     background::Tasks,
-    corehub::{Report, Target, Work},
     spill::{self, NotYet},
     update::catalog::{Answer, Check},
+    update::corehub::{Report, Target, Work},
     update::{
         self, Action, Observed,
         disaster::{self, DrObjects, SecretState},

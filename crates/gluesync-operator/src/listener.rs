@@ -54,7 +54,7 @@ pub struct Limits {
     pub counters: Counters,
 }
 
-/// What a listener counts (cheap handles, registered by [`crate::metrics`]).
+/// What a listener counts (cheap handles, registered with GKO's metrics).
 #[derive(Clone, Default)]
 pub struct Counters {
     /// Connections open now.

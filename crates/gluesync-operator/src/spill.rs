@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Resource, ResourceExt, api::ObjectMeta};
 
-use crate::api::{GluesyncPlatform, GluesyncPlatformStatus, PipelineId, PipelineList, SpilledList};
+use crate::api::{
+    GluesyncPlatform, GluesyncPlatformStatus, PipelineId, PipelineList, SpilledList, ids::digest,
+};
 
 /// Longest list kept whole in the status.
 pub const INLINE_MAX: usize = 10_000;
@@ -41,18 +43,6 @@ fn lists(status: &mut GluesyncPlatformStatus) -> Vec<(&'static str, &mut Pipelin
         out.push(("lastAttempt.resumedPipelines", &mut a.resumed_pipelines));
     }
     out
-}
-
-/// FNV-1a over the ids: tells a ConfigMap that matches the status from one left by a failed write.
-pub fn digest(ids: &[impl AsRef<str>]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for id in ids {
-        for b in id.as_ref().bytes().chain(std::iter::once(b'\n')) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    format!("{h:016x}")
 }
 
 /// The ConfigMap of shard `shard` of a list: named with the list's digest, so that a new list never

@@ -14,8 +14,8 @@ use tokio::sync::watch;
 
 use crate::{
     api::GluesyncPlatform,
-    cluster::Workload,
     metrics::Metrics,
+    update::observed::Workload,
     watches::{PodCache, PodSelector},
     writer::Writer,
 };

@@ -480,7 +480,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cluster::PodView;
+    use crate::update::observed::PodView;
 
     fn labels(pairs: &[(&str, &str)]) -> LabelSelector {
         LabelSelector {

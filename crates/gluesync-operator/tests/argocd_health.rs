@@ -16,8 +16,8 @@ use gluesync_operator::{
         Attempt, ComponentType, GluesyncPlatform, GluesyncPlatformSpec, Step, UpdatePolicy,
         UpdateResult, WorkloadKind,
     },
-    cluster::Workload,
-    corehub::Report,
+    update::corehub::Report,
+    update::observed::Workload,
     update::{
         self, Observed,
         access::Access,

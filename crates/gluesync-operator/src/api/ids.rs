@@ -259,6 +259,20 @@ impl JsonSchema for PipelineList {
     }
 }
 
+/// A stable digest of a list of ids (FNV-1a, 64 bits, the same in every build): tells a spilled list's
+/// ConfigMap that matches the status from one left by a failed write, and names what a disaster-recovery
+/// setup made.
+pub fn digest(ids: &[impl AsRef<str>]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for id in ids {
+        for b in id.as_ref().bytes().chain(std::iter::once(b'\n')) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

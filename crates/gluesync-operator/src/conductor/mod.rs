@@ -32,7 +32,8 @@ use serde_json::{Value, json};
 use crate::{
     api::version::ImageRef,
     api::{ComponentResultStatus, ComponentType, GluesyncPlatform, ReleaseChannel, UpdatePolicy},
-    corehub::{CoreHub, Target},
+    corehub::CoreHub,
+    update::corehub::Target,
     view::View,
 };
 
@@ -561,7 +562,7 @@ async fn openapi() -> Response {
     Json(openapi_document()).into_response()
 }
 
-fn container_json(w: &crate::cluster::Workload) -> Value {
+fn container_json(w: &crate::update::observed::Workload) -> Value {
     let image = ImageRef::parse(&w.image);
     let kind = w.component_type.map_or("unknown", |t| match t {
         ComponentType::Operator => "module",
@@ -823,7 +824,7 @@ async fn accept_update(
 #[allow(clippy::result_large_err)]
 fn refuse(
     gsp: &GluesyncPlatform,
-    workloads: &[crate::cluster::Workload],
+    workloads: &[crate::update::observed::Workload],
     ids: &[String],
 ) -> Result<(), Response> {
     if gsp.spec.update_policy == UpdatePolicy::Gitops {
@@ -862,7 +863,7 @@ fn refuse(
 #[allow(clippy::result_large_err)]
 fn asked(
     gsp: &GluesyncPlatform,
-    workloads: &[crate::cluster::Workload],
+    workloads: &[crate::update::observed::Workload],
     latest: &std::collections::BTreeMap<String, String>,
     ids: &[String],
 ) -> Result<Asked, Response> {
@@ -870,7 +871,7 @@ fn asked(
     refuse(gsp, workloads, ids)?;
     // The latest version of a workload's image, when it is newer than the one that runs: the UI's update
     // never takes a component back (a beta that runs stays when GA is asked for).
-    let latest_of = |w: &crate::cluster::Workload| {
+    let latest_of = |w: &crate::update::observed::Workload| {
         let candidate = latest.get(ImageRef::parse(&w.image).name())?;
         let running = crate::api::version::image_version(&w.image).ok()?;
         let newer = candidate

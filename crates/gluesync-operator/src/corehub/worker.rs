@@ -14,7 +14,11 @@ use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::me
 use kube::Api;
 use tracing::{info, warn};
 
-use super::{CoreHub, Credentials, Listing, PipelineId, Report, Retry, Target, Tls, Work};
+use super::{CoreHub, Credentials, Retry, Tls};
+use crate::{
+    api::ids::PipelineId,
+    update::corehub::{Listing, Report, Target, Work, in_maintenance},
+};
 use crate::{
     background::{Input, lock},
     lease::Leadership,
@@ -312,7 +316,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
                 && at.0.duration_since(inherited_at).as_secs()
                     >= RESEND_INHERITED_ENTER.as_secs() as i64
             {
-                let paused = super::in_maintenance(list);
+                let paused = in_maintenance(list);
                 let again: Vec<PipelineId> = work
                     .enter
                     .iter()
@@ -355,7 +359,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
                     Some(Listing {
                         at,
                         result: Ok(list),
-                    }) => (at.0, super::in_maintenance(list)),
+                    }) => (at.0, in_maintenance(list)),
                     _ => (jiff::Timestamp::MIN, BTreeSet::new()),
                 });
                 *at > asked.0 && paused.contains(id)

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use crate::{
     api::Problem,
     api::{ComponentType, GluesyncPlatform},
-    cluster::Workload,
+    update::observed::Workload,
 };
 
 /// What this GKO may read and where it may call Core Hub.

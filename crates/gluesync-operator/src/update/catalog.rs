@@ -1,5 +1,5 @@
 //! The catalog policy: which images to ask the version catalog about and when, and how its answer goes
-//! into the status. The calls themselves are made by [`crate::catalog`] in the background.
+//! into the status. The calls themselves are made by the catalog client, in the background.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -38,7 +38,7 @@ pub struct Answer {
 /// The check of every managed image of `gsp` on `channel`.
 pub fn check(
     gsp: &GluesyncPlatform,
-    workloads: &[crate::cluster::Workload],
+    workloads: &[crate::update::observed::Workload],
     token: String,
     channel: ReleaseChannel,
 ) -> Check {

@@ -22,7 +22,7 @@ use crate::{
         DisasterRecoveryComponentState as State, DisasterRecoveryPhase as Phase,
         DisasterRecoverySpec, DisasterRecoveryStatus, GluesyncPlatform, Made, WorkloadKind,
     },
-    cluster::Workload,
+    update::observed::Workload,
     update::status::{READY, RECONCILING, STALLED},
 };
 
@@ -106,7 +106,7 @@ pub fn setup_mark(gsp: &GluesyncPlatform, spec: &DisasterRecoverySpec) -> String
     format!(
         "{}-{}",
         spec.role.as_str(),
-        &crate::spill::digest(&parts)[..12]
+        &crate::api::ids::digest(&parts)[..12]
     )
 }
 
@@ -437,7 +437,7 @@ fn service(
 /// A digest of the Service's settings: a change of them is written to the Service of an active pair.
 fn service_digest(spec: &DisasterRecoverySpec) -> String {
     let text = serde_json::to_string(&spec.service).unwrap_or_default();
-    crate::spill::digest(&[text])
+    crate::api::ids::digest(&[text])
 }
 
 fn set_phase(dr: &mut DisasterRecoveryStatus, phase: Phase, message: String, obs: &Observed) {
@@ -679,7 +679,8 @@ fn setting_up(
                 }
                 let since = c.changed_at.clone().unwrap_or_else(|| now.clone());
                 let deadline = plus(&since, gsp.spec.stability_timeout_seconds);
-                let on_setup = |p: &crate::cluster::PodView| p.dr_mark.as_deref() == Some(&mark);
+                let on_setup =
+                    |p: &crate::update::observed::PodView| p.dr_mark.as_deref() == Some(&mark);
                 match super::rollout::stable_on(
                     gsp,
                     &mut c.stable,
@@ -811,7 +812,7 @@ fn restore(
         }
         let since = c.changed_at.clone().unwrap_or_else(|| now.clone());
         let deadline = plus(&since, gsp.spec.stability_timeout_seconds);
-        let as_before = |p: &crate::cluster::PodView| p.dr_mark.is_none();
+        let as_before = |p: &crate::update::observed::PodView| p.dr_mark.is_none();
         match super::rollout::stable_on(gsp, &mut c.stable, w, &as_before, true, &deadline, now, d)
         {
             Ok(true) => {

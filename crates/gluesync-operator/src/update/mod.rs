@@ -33,9 +33,9 @@ use crate::{
         ComponentType, FINALIZER, GluesyncPlatform, GluesyncPlatformStatus, Outcome, Phase,
         ReleaseChannel, Step, UpdateResult, UpdateStatus, UpdateStep, WorkloadKind,
     },
-    cluster::Workload,
-    corehub::{Report, Target, Work},
     update::catalog::{Answer, Check},
+    update::corehub::{Report, Target, Work},
+    update::observed::Workload,
     update::status::{READY, RECONCILING, STALLED},
 };
 
@@ -46,6 +46,8 @@ pub(crate) use mutants::process_mutant;
 pub(crate) use mutants::{Mutant, mutated};
 pub mod access;
 pub mod catalog;
+pub mod corehub;
+pub mod observed;
 pub mod status;
 pub use plan::target_image;
 

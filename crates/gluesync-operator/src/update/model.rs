@@ -33,8 +33,8 @@ use std::{
 use super::{mutants::set_mutant, *};
 use crate::{
     api::{GluesyncPlatformSpec, PipelineId},
-    cluster::PodView,
-    corehub::{Listing, Pipeline},
+    update::corehub::{Listing, Pipeline},
+    update::observed::PodView,
 };
 
 const RUNNING: [&str; 2] = ["p1", "p2"];

@@ -22,7 +22,7 @@ use crate::{
         GluesyncPlatform, LateMaintenance, PipelineId, PipelineList, UpdateResult, UpdateStatus,
         UpdateStep,
     },
-    corehub::{Listing, Pipeline, Work, in_maintenance},
+    update::corehub::{Listing, Pipeline, Work, in_maintenance},
     update::status::{self, READY, RECONCILING, STALLED},
 };
 

@@ -7,8 +7,8 @@ use crate::{
         ComponentState, ComponentType, GluesyncPlatform, PipelineList, PlannedComponent,
         UpdateResult, UpdateStatus, UpdateStep,
     },
-    cluster::Workload,
     update::catalog::Check,
+    update::observed::Workload,
     update::status,
 };
 

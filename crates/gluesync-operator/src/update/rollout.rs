@@ -13,7 +13,7 @@ use crate::{
         ComponentState, ComponentType, GluesyncPlatform, PlannedComponent, StableWindow,
         UpdateResult, UpdateStatus, UpdateStep, WorkloadKind,
     },
-    cluster::Workload,
+    update::observed::Workload,
 };
 
 /// Waiting reasons that fail a stability check at once.
@@ -63,7 +63,7 @@ pub(crate) fn stable_on(
     gsp: &GluesyncPlatform,
     stable: &mut Option<StableWindow>,
     w: &Workload,
-    changed: &dyn Fn(&crate::cluster::PodView) -> bool,
+    changed: &dyn Fn(&crate::update::observed::PodView) -> bool,
     spec_changed: bool,
     deadline: &Time,
     now: &Time,
@@ -85,7 +85,7 @@ pub(crate) fn stable_on(
         ));
     }
     // Pods are told apart by uid: one replaced under the same name is another pod.
-    let key = |p: &crate::cluster::PodView| {
+    let key = |p: &crate::update::observed::PodView| {
         if p.uid.is_empty() {
             p.name.clone()
         } else {

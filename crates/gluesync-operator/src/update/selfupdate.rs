@@ -27,7 +27,7 @@ use crate::{
         ComponentResultStatus, ComponentState, ComponentType, GluesyncPlatform, PlannedComponent,
         SelfUpdate, SelfUpdatePhase, UpdatePolicy,
     },
-    cluster::Workload,
+    update::observed::Workload,
 };
 
 /// GKO's own Deployment: the one workload labelled `operator`.

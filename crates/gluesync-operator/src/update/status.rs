@@ -10,7 +10,7 @@ use crate::{
         ComponentStatus, ComponentType, GluesyncPlatform, GluesyncPlatformStatus, Phase, Problem,
         UpdateResult,
     },
-    cluster::Workload,
+    update::observed::Workload,
 };
 
 pub const READY: &str = "Ready";

@@ -13,8 +13,8 @@ use crate::{
         Attempt, ComponentResultStatus, ComponentState, GluesyncPlatformSpec, HistoryEntry,
         PipelineId, PlannedComponent, SelfUpdatePhase, UpdateStep::*,
     },
-    cluster::PodView,
-    corehub::{Listing, Pipeline},
+    update::corehub::{Listing, Pipeline},
+    update::observed::PodView,
 };
 
 fn at(secs: i64) -> Time {
