@@ -19,15 +19,15 @@ use tracing::{info, instrument, warn};
 use crate::{
     api::{DisasterRecoveryPhase, GluesyncPlatform, GluesyncPlatformStatus, UpdateStep},
     background::Tasks,
-    spill::{self, NotYet},
+    cluster::spill::{self, NotYet},
+    cluster::view::View,
+    cluster::writer::{is_conflict, is_not_leader},
     update::catalog::{Answer, Check},
     update::corehub::{Report, Target, Work},
     update::{
         self, Action, Observed,
         disaster::{self, DrObjects, SecretState},
     },
-    view::View,
-    writer::{is_conflict, is_not_leader},
 };
 
 /// Errors of one reconciliation. Each is logged with the GluesyncPlatform's name and retried.

@@ -3,22 +3,16 @@
 
 pub mod api;
 pub mod background;
-pub mod bounded;
 pub mod catalog;
 pub mod cluster;
 pub mod conductor;
 pub mod controller;
 pub mod corehub;
-pub mod lease;
-pub mod listener;
+pub mod http;
 pub mod metrics;
 pub mod operator;
 pub mod reference;
-pub mod spill;
 pub mod update;
-pub mod view;
-pub mod watches;
-pub mod writer;
 
 /// The CustomResourceDefinition of `GluesyncPlatform`, as installed: the one the types generate, with
 /// - `status` defaulting to `{observedGeneration: 0}`, so that a resource GKO has not reported on yet reads

@@ -146,7 +146,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The counters of one HTTP listener.
-    pub fn listener(&self, listener: &str) -> crate::listener::Counters {
+    pub fn listener(&self, listener: &str) -> crate::http::listener::Counters {
         let closed = |reason: &str| {
             self.connections_closed
                 .get_or_create(&ClosedLabel {
@@ -155,7 +155,7 @@ impl Metrics {
                 })
                 .clone()
         };
-        crate::listener::Counters {
+        crate::http::listener::Counters {
             open: self
                 .connections
                 .get_or_create(&ListenerLabel {
@@ -209,7 +209,7 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(metrics.clone());
-    let limits = crate::listener::Limits {
+    let limits = crate::http::listener::Limits {
         connections: METRICS_CONNECTIONS,
         request_header: METRICS_HEADER_TIMEOUT,
         keep_alive: METRICS_KEEP_ALIVE,
@@ -218,7 +218,7 @@ pub async fn serve(
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-    crate::listener::serve(listener, None, app, limits, shutdown).await
+    crate::http::listener::serve(listener, None, app, limits, shutdown).await
 }
 
 /// Connections open at once on the metrics port (a scraper and the kubelet's probes need a few).

@@ -23,13 +23,13 @@ use crate::{
     api::{GluesyncPlatform, TYPE_LABEL},
     background::Tasks,
     cluster,
+    cluster::lease::{self, Leadership},
+    cluster::view::View,
+    cluster::watches::{self, PodSelector, cached},
+    cluster::writer::Writer,
     controller::{self, Context},
     corehub::worker,
-    lease::{self, Leadership},
     metrics::Metrics,
-    view::View,
-    watches::{self, PodSelector, cached},
-    writer::Writer,
 };
 
 /// Settings of one GKO process.
@@ -121,7 +121,7 @@ pub async fn run(
     let (spilled, spilled_stream) = cached(
         Api::<ConfigMap>::namespaced(client.clone(), ns),
         watcher::Config::default()
-            .labels(crate::spill::LABEL)
+            .labels(crate::cluster::spill::LABEL)
             .any_semantic(),
         &metrics,
     );
@@ -227,7 +227,7 @@ pub async fn run(
     let (for_sts, for_deploy) = (every_platform.clone(), every_platform.clone());
     let managed = view.clone();
     let for_pods = move |pod: Pod| {
-        let owned = cluster::owner_of(&pod).is_some_and(|(_, name)| {
+        let owned = cluster::workloads::owner_of(&pod).is_some_and(|(_, name)| {
             managed
                 .statefulsets
                 .state()
@@ -275,7 +275,7 @@ pub async fn run(
         .watches_stream(deploy_stream, move |_| for_deploy())
         .watches_stream(pod_stream, for_pods)
         .watches_stream(spilled_stream, move |cm: ConfigMap| {
-            let platform = cm.labels().get(crate::spill::LABEL).cloned()?;
+            let platform = cm.labels().get(crate::cluster::spill::LABEL).cloned()?;
             Some(ObjectRef::<GluesyncPlatform>::new(&platform).within(&cm.namespace()?))
         })
         .reconcile_on(woken)

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use gko_test_support::{TestNamespace, eventually};
-use gluesync_operator::lease::{self, Durations, Elector, LEASE_NAME, Leadership};
+use gluesync_operator::cluster::lease::{self, Durations, Elector, LEASE_NAME, Leadership};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use tokio::time::Instant;

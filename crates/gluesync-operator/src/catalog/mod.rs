@@ -118,7 +118,7 @@ impl CatalogClient {
                 }
             };
             let status = resp.status().as_u16();
-            let body = match crate::bounded::read(resp, ANSWER_LIMIT).await {
+            let body = match crate::http::bounded::read(resp, ANSWER_LIMIT).await {
                 Ok(b) => b,
                 Err(reason) => {
                     return Err(Error::BadAnswer {

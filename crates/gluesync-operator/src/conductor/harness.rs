@@ -16,7 +16,9 @@ use tower::ServiceExt;
 
 use super::{Api, Caller, identities};
 use crate::{
-    api::GluesyncPlatform, lease::Leadership, metrics::Metrics, view::View, writer::Writer,
+    api::GluesyncPlatform,
+    cluster::{lease::Leadership, view::View, writer::Writer},
+    metrics::Metrics,
 };
 
 /// A credential Core Hub knows: a manager.
@@ -91,8 +93,11 @@ impl Harness {
                 platforms,
                 statefulsets: reflector::store().0,
                 deployments: reflector::store().0,
-                pods: crate::watches::PodCache::empty(),
-                pods_wanted: tokio::sync::watch::channel(crate::watches::PodSelector::Nothing).0,
+                pods: crate::cluster::watches::PodCache::empty(),
+                pods_wanted: tokio::sync::watch::channel(
+                    crate::cluster::watches::PodSelector::Nothing,
+                )
+                .0,
                 spilled: reflector::store().0,
                 changed: tokio::sync::watch::channel(0).0,
                 instance: None,

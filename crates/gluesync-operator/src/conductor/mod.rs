@@ -32,9 +32,9 @@ use serde_json::{Value, json};
 use crate::{
     api::version::ImageRef,
     api::{ComponentResultStatus, ComponentType, GluesyncPlatform, ReleaseChannel, UpdatePolicy},
+    cluster::view::View,
     corehub::CoreHub,
     update::corehub::Target,
-    view::View,
 };
 
 /// Largest request body the API reads.
@@ -50,7 +50,7 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests served at once.
 pub const MAX_REQUESTS: usize = 256;
-/// Connections open at once (at the bound a new one closes the one idle the longest, see [`crate::listener`]).
+/// Connections open at once (at the bound a new one closes the one idle the longest, see [`crate::http::listener`]).
 pub const MAX_CONNECTIONS: usize = 512;
 /// Requests at once on one HTTP/2 connection.
 pub const HTTP2_STREAMS: u32 = 32;
@@ -775,7 +775,7 @@ async fn accept_update(
             .await;
         match written {
             Ok(_) => {}
-            Err(e) if crate::writer::is_conflict(&e) => {
+            Err(e) if crate::cluster::writer::is_conflict(&e) => {
                 tracing::debug!(%request_id, "the GluesyncPlatform changed before the request was written; deciding again");
                 continue;
             }
@@ -1191,7 +1191,7 @@ pub struct TlsFiles {
 }
 
 /// Serves the API, over HTTPS when `tls` is given, until `shutdown` resolves, through
-/// [`crate::listener`]: a connection gets [`HEADER_READ_TIMEOUT`] to send a complete request (and again
+/// [`crate::http::listener`]: a connection gets [`HEADER_READ_TIMEOUT`] to send a complete request (and again
 /// after each answer), at most [`MAX_CONNECTIONS`] are open at once; a request's body gets
 /// [`BODY_READ_TIMEOUT`], and a request other than an update [`REQUEST_TIMEOUT`] to be answered; at most
 /// [`MAX_REQUESTS`] are served at once.
@@ -1201,7 +1201,7 @@ pub async fn serve(
     view: Arc<View>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let limits = crate::listener::Limits {
+    let limits = crate::http::listener::Limits {
         connections: MAX_CONNECTIONS,
         request_header: HEADER_READ_TIMEOUT,
         keep_alive: KEEP_ALIVE,
@@ -1212,7 +1212,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let Some(files) = tls else {
         tracing::info!(%addr, "serving the Conductor API over HTTP");
-        return crate::listener::serve(listener, None, app, limits, shutdown).await;
+        return crate::http::listener::serve(listener, None, app, limits, shutdown).await;
     };
     let config =
         axum_server::tls_rustls::RustlsConfig::from_pem_file(&files.cert, &files.key).await?;
@@ -1245,7 +1245,7 @@ pub async fn serve(
         }
     });
     tracing::info!(%addr, cert = %files.cert.display(), "serving the Conductor API over HTTPS");
-    crate::listener::serve(listener, Some(config), app, limits, shutdown).await
+    crate::http::listener::serve(listener, Some(config), app, limits, shutdown).await
 }
 
 /// The OpenAPI description of the routes above.

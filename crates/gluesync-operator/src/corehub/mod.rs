@@ -166,7 +166,7 @@ impl CoreHub {
             match build().send().await {
                 Ok(resp) if resp.status().is_server_error() => {
                     let status = resp.status().as_u16();
-                    let body = crate::bounded::error_text(resp).await;
+                    let body = crate::http::bounded::error_text(resp).await;
                     last = Some(Error::Status {
                         what: what.into(),
                         status,
@@ -223,7 +223,7 @@ impl CoreHub {
             .await?;
         if !resp.status().is_success() {
             let status = resp.status().as_u16();
-            let text = crate::bounded::error_text(resp).await;
+            let text = crate::http::bounded::error_text(resp).await;
             return Err(Error::Unauthorized(format!(
                 "login as {username} answered {status}: {}",
                 truncate(&text)
@@ -234,7 +234,7 @@ impl CoreHub {
         struct LoginAnswer {
             api_token: String,
         }
-        let answer: LoginAnswer = crate::bounded::read(resp, ANSWER_LIMIT)
+        let answer: LoginAnswer = crate::http::bounded::read(resp, ANSWER_LIMIT)
             .await
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
             .map_err(|reason| Error::BadAnswer {
@@ -284,14 +284,14 @@ impl CoreHub {
                 continue;
             }
             if status == 401 || status == 403 {
-                let body = crate::bounded::error_text(resp).await;
+                let body = crate::http::bounded::error_text(resp).await;
                 return Err(Error::Unauthorized(format!(
                     "{what} answered {status}: {}",
                     truncate(&body)
                 )));
             }
             if !resp.status().is_success() {
-                let body = crate::bounded::error_text(resp).await;
+                let body = crate::http::bounded::error_text(resp).await;
                 return Err(Error::Status {
                     what: what.into(),
                     status,
@@ -322,7 +322,7 @@ impl CoreHub {
         }
         let resp = req.send().await.map_err(|e| self.unreachable(&e))?;
         match resp.status().as_u16() {
-            200 => crate::bounded::read(resp, ANSWER_LIMIT)
+            200 => crate::http::bounded::read(resp, ANSWER_LIMIT)
                 .await
                 .and_then(|b| serde_json::from_slice::<Me>(&b).map_err(|e| e.to_string()))
                 .map(Some)
@@ -334,7 +334,7 @@ impl CoreHub {
             status => Err(Error::Status {
                 what: "GET /authentication/me".into(),
                 status,
-                body: truncate(&crate::bounded::error_text(resp).await),
+                body: truncate(&crate::http::bounded::error_text(resp).await),
             }),
         }
     }

@@ -21,7 +21,7 @@ use crate::{
 };
 use crate::{
     background::{Input, lock},
-    lease::Leadership,
+    cluster::lease::Leadership,
     metrics::Metrics,
 };
 

@@ -151,7 +151,10 @@ pub fn keep_pod(pod: &mut Pod) {
         name: meta.name,
         namespace: meta.namespace,
         uid: meta.uid,
-        labels: only(meta.labels, crate::cluster::POD_TEMPLATE_HASH_LABEL),
+        labels: only(
+            meta.labels,
+            crate::cluster::workloads::POD_TEMPLATE_HASH_LABEL,
+        ),
         annotations: only(meta.annotations, crate::api::DR_ANNOTATION),
         owner_references: meta.owner_references.map(|o| {
             o.into_iter()
@@ -580,10 +583,10 @@ mod tests {
             Some(("CrashLoopBackOff".into(), "back-off".into()))
         );
         assert_eq!(
-            crate::cluster::owner_of(&kept),
-            crate::cluster::owner_of(&full)
+            crate::cluster::workloads::owner_of(&kept),
+            crate::cluster::workloads::owner_of(&full)
         );
-        assert!(crate::cluster::owner_of(&kept).is_some());
+        assert!(crate::cluster::workloads::owner_of(&kept).is_some());
         // What it no longer holds.
         assert_eq!(kept.metadata.resource_version, None);
         assert_eq!(kept.metadata.managed_fields, None);

@@ -14,10 +14,10 @@ use tokio::sync::watch;
 
 use crate::{
     api::GluesyncPlatform,
+    cluster::watches::{PodCache, PodSelector},
+    cluster::writer::Writer,
     metrics::Metrics,
     update::observed::Workload,
-    watches::{PodCache, PodSelector},
-    writer::Writer,
 };
 
 pub struct View {
@@ -27,11 +27,11 @@ pub struct View {
     pub platforms: Store<GluesyncPlatform>,
     pub statefulsets: Store<StatefulSet>,
     pub deployments: Store<Deployment>,
-    /// The pods of the labelled workloads (see [`crate::watches`]).
+    /// The pods of the labelled workloads (see [`crate::cluster::watches`]).
     pub pods: PodCache,
     /// Which pods the pod watch should select; [`View::pods_listed`] keeps it current.
     pub pods_wanted: watch::Sender<PodSelector>,
-    /// The ConfigMaps that hold long pipeline lists (see [`crate::spill`]).
+    /// The ConfigMaps that hold long pipeline lists (see [`crate::cluster::spill`]).
     pub spilled: Store<ConfigMap>,
     /// Moves whenever a GluesyncPlatform changes in the cache.
     pub changed: watch::Sender<u64>,

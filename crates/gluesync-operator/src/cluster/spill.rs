@@ -494,7 +494,7 @@ mod tests {
     fn a_cached_configmap_without_its_ids_still_says_it_is_written() {
         let big = paused(30_000).1;
         let mut kept = big.configmaps[0].clone();
-        crate::watches::Kept::keep(&mut kept);
+        crate::cluster::watches::Kept::keep(&mut kept);
         assert!(kept.data.is_none(), "the cache keeps no ids");
         assert!(unchanged(&big.configmaps[0], &[&kept]));
         let other = paused(30_001).1;

@@ -21,7 +21,7 @@ use crate::{
         FIELD_MANAGER, FINALIZER, GluesyncPlatform, GluesyncPlatformStatus, Made,
         REQUEST_ANNOTATION, UiRequest, WorkloadKind,
     },
-    lease::Leadership,
+    cluster::lease::Leadership,
     metrics::Metrics,
 };
 
