@@ -11,7 +11,6 @@ pub mod corehub;
 pub mod http;
 pub mod metrics;
 pub mod operator;
-pub mod reference;
 pub mod update;
 
 /// The CustomResourceDefinition of `GluesyncPlatform`, as installed: the one the types generate, with

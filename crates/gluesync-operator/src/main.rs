@@ -23,10 +23,6 @@ struct Cli {
 enum Command {
     /// Run the operator on one namespace.
     Run(Box<RunArgs>),
-    /// Print the GluesyncPlatform CustomResourceDefinition as YAML.
-    Crd,
-    /// Print the GluesyncPlatform reference (docs/reference.md), generated from the CRD, as Markdown.
-    Reference,
 }
 
 #[derive(clap::Args)]
@@ -87,14 +83,6 @@ fn one_malloc_arena() {
 async fn start() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => {
-            print!("{}", gluesync_operator::crd_yaml()?);
-            Ok(())
-        }
-        Command::Reference => {
-            print!("{}", gluesync_operator::reference::reference_markdown());
-            Ok(())
-        }
         Command::Run(args) => run(*args).await,
     }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::api;
+use gluesync_operator::api;
 
 /// Spec fields whose value in the gluesync-operator chart is not `platform.<field>`, by field path; the
 /// fields below them follow (`spec.selfUpdate.enabled` is `selfUpdate.enabled`).
@@ -70,13 +70,13 @@ const HELM_NOTES: &[(&str, &str)] = &[
 
 /// The Helm value of the gluesync-operator chart that sets a spec field (`spec.coreHub.url` →
 /// `platform.coreHub.url`).
-pub fn operator_chart_value(field: &str) -> String {
+fn operator_chart_value(field: &str) -> String {
     helm_value(field, "platform.", OPERATOR_CHART_EXCEPTIONS)
 }
 
 /// The Helm value of the Gluesync kit that sets a spec field (`spec.coreHub.url` →
 /// `operator.platform.coreHub.url`, `spec.version` → `gluesyncCoreHub.tag`).
-pub fn kit_value(field: &str) -> Option<String> {
+fn kit_value(field: &str) -> Option<String> {
     // The kit pins no module (the product docs: to pin from Git, install GKO with its own chart).
     if field == "spec.modules" || field.starts_with("spec.modules.") {
         return None;
@@ -95,15 +95,19 @@ fn helm_value(field: &str, prefix: &str, exceptions: &[(&str, &str)]) -> String 
     format!("{prefix}{}", field.strip_prefix("spec.").unwrap_or(field))
 }
 
+fn main() {
+    print!("{}", reference_markdown());
+}
+
 /// The reference page, in Markdown.
-pub fn reference_markdown() -> String {
+fn reference_markdown() -> String {
     let crd = api::GluesyncPlatform::crd();
     let names = &crd.spec.names;
     let mut out = String::new();
     let _ = writeln!(out, "# {} reference", names.kind);
     out.push_str(
-        "\n<!-- Generated from the CRD by `make crd` (`gluesync-operator reference`). Change the types in \
-         crates/gluesync-operator/src/api.rs or the generator in crates/gluesync-operator/src/reference.rs, \
+        "\n<!-- Generated from the CRD by `make crd` (the `reference` binary). Change the types in \
+         crates/gluesync-operator/src/api/ or the generator in crates/gluesync-operator/src/bin/reference.rs, \
          not this page. -->\n\n",
     );
     let Some(version) = crd.spec.versions.first() else {
@@ -506,8 +510,8 @@ fn write_names(out: &mut String) {
 mod tests {
     use super::*;
 
-    const OPERATOR_VALUES: &str = include_str!("../../../charts/gluesync-operator/values.yaml");
-    const KIT_VALUES: &str = include_str!("../../../charts/gluesync-kit/values.yaml");
+    const OPERATOR_VALUES: &str = include_str!("../../../../charts/gluesync-operator/values.yaml");
+    const KIT_VALUES: &str = include_str!("../../../../charts/gluesync-kit/values.yaml");
 
     fn values(text: &str) -> serde_yaml::Value {
         serde_yaml::from_str(text).expect("values.yaml parses")
@@ -532,7 +536,7 @@ mod tests {
     /// The checked-in page is the one the CRD generates.
     #[test]
     fn checked_in_reference_matches_the_crd() {
-        let checked_in = include_str!("../../../docs/reference.md");
+        let checked_in = include_str!("../../../../docs/reference.md");
         assert!(
             checked_in == reference_markdown(),
             "docs/reference.md drifted from the CRD: run `make crd`"
