@@ -2,7 +2,9 @@
 //! made on, the long lists kept in ConfigMaps, the Lease, and the one writer every API write goes through
 //! while this GKO holds the Lease.
 
+pub mod commit;
 pub mod lease;
+pub mod observe;
 pub mod spill;
 pub mod view;
 pub mod watches;
