@@ -6,7 +6,7 @@
 //! [`update::decide`]: crate::update::decide
 
 use k8s_openapi::{
-    api::core::v1::{ConfigMap, Secret, Service},
+    api::core::v1::{ConfigMap, Service},
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{Api, ResourceExt};
@@ -16,7 +16,7 @@ use crate::{
     api::{DR_SECRET_KEY, DisasterRecoveryPhase, GluesyncPlatform, PLATFORM_LABEL, Problem},
     cluster::{
         spill::{Known, NotYet},
-        view::View,
+        view::{SecretError, View},
     },
     update::{
         Observed,
@@ -40,9 +40,7 @@ pub async fn platform(
     if gsp.status.as_ref().is_some_and(|s| s.update.is_some())
         || gsp.metadata.deletion_timestamp.is_some()
     {
-        let api: Api<GluesyncPlatform> =
-            Api::namespaced(view.writer.client().clone(), &view.namespace);
-        gsp = api.get(&gsp.name_any()).await?;
+        gsp = view.read_platform(&gsp.name_any()).await?;
     }
     if let Some(mut status) = gsp.status.take() {
         let missing = lists.missing(&gsp, &status);
@@ -147,38 +145,30 @@ pub async fn dr_objects(view: &View, gsp: &GluesyncPlatform) -> Result<DrObjects
         (None, Some(r)) => r.secret_name.clone(),
         (None, None) => return Ok(DrObjects::default()),
     };
-    let client = view.writer.client().clone();
-    let secret = if !view.access.secret_allowed(&name) {
-        SecretState::NotAllowed
-    } else {
-        match Api::<Secret>::namespaced(client.clone(), &view.namespace)
-            .get_opt(&name)
-            .await
-        {
-            Ok(None) => SecretState::Missing,
-            Ok(Some(secret)) => {
-                let has_key = secret
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(DR_SECRET_KEY))
-                    .is_some_and(|v| !v.0.is_empty());
-                // Written by this platform's setup from the Core Hub UI (GKO 0.3 also owned it).
-                let made_by_gko = secret
-                    .labels()
-                    .get(PLATFORM_LABEL)
-                    .is_some_and(|p| Some(p) == gsp.metadata.name.as_ref());
-                // One GKO wrote is GKO's to empty, whatever it holds.
-                if has_key || made_by_gko {
-                    SecretState::Present { made_by_gko }
-                } else {
-                    SecretState::NoKey
-                }
+    let secret = match view.secret(&name).await {
+        Err(SecretError::NotAllowed(_)) => SecretState::NotAllowed,
+        Err(e) => SecretState::Unreadable(e.to_string()),
+        Ok(None) => SecretState::Missing,
+        Ok(Some(secret)) => {
+            let has_key = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(DR_SECRET_KEY))
+                .is_some_and(|v| !v.0.is_empty());
+            // Written by this platform's setup from the Core Hub UI (GKO 0.3 also owned it).
+            let made_by_gko = secret
+                .labels()
+                .get(PLATFORM_LABEL)
+                .is_some_and(|p| Some(p) == gsp.metadata.name.as_ref());
+            // One GKO wrote is GKO's to empty, whatever it holds.
+            if has_key || made_by_gko {
+                SecretState::Present { made_by_gko }
+            } else {
+                SecretState::NoKey
             }
-            Err(kube::Error::Api(s)) if s.code == 403 => SecretState::NotAllowed,
-            Err(e) => SecretState::Unreadable(e.to_string()),
         }
     };
-    let service = Api::<Service>::namespaced(client, &view.namespace)
+    let service = Api::<Service>::namespaced(view.writer.client().clone(), &view.namespace)
         .get_opt(&disaster::service_name(gsp))
         .await?
         .is_some();

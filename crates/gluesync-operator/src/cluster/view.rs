@@ -7,9 +7,9 @@ use std::sync::{Arc, atomic::Ordering};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::ConfigMap,
+    core::v1::{ConfigMap, Secret},
 };
-use kube::{ResourceExt, runtime::reflector::Store};
+use kube::{Api, ResourceExt, runtime::reflector::Store};
 use tokio::sync::watch;
 
 use crate::{
@@ -41,7 +41,29 @@ pub struct View {
     pub access: crate::update::access::Access,
 }
 
+/// Why a Secret could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("Secret {0} is not one this GKO may read")]
+    NotAllowed(String),
+    #[error("reading Secret {0}: {1}")]
+    Read(String, #[source] kube::Error),
+}
+
 impl View {
+    /// Secret `name` of the namespace, read from the API server only when this GKO's installation allows
+    /// it (`Ok(None)`: it does not exist). A 403 is `NotAllowed` too.
+    pub async fn secret(&self, name: &str) -> Result<Option<Secret>, SecretError> {
+        secret(self.writer.client(), &self.namespace, &self.access, name).await
+    }
+
+    /// The GluesyncPlatform `name` as the API server has it now (not the cache).
+    pub async fn read_platform(&self, name: &str) -> Result<GluesyncPlatform, kube::Error> {
+        Api::<GluesyncPlatform>::namespaced(self.writer.client().clone(), &self.namespace)
+            .get(name)
+            .await
+    }
+
     /// True once every cache has listed the namespace.
     pub fn ready(&self) -> bool {
         self.metrics.ready.load(Ordering::Relaxed)
@@ -108,5 +130,25 @@ impl View {
         }
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all
+    }
+}
+
+/// Secret `name` of `namespace`, read only when `access` allows it: the one way GKO reads a Secret.
+pub async fn secret(
+    client: &kube::Client,
+    namespace: &str,
+    access: &crate::update::access::Access,
+    name: &str,
+) -> Result<Option<Secret>, SecretError> {
+    if !access.secret_allowed(name) {
+        return Err(SecretError::NotAllowed(name.to_string()));
+    }
+    match Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+    {
+        Ok(found) => Ok(found),
+        Err(kube::Error::Api(s)) if s.code == 403 => Err(SecretError::NotAllowed(name.to_string())),
+        Err(e) => Err(SecretError::Read(name.to_string(), e)),
     }
 }

@@ -265,6 +265,40 @@ impl Writer {
         self.patch_secret(namespace, name, &patch).await
     }
 
+    /// Writes `spec.disasterRecovery` (the whole of it, or removes it with `None`) only if the platform
+    /// is still at the resourceVersion it was read at: a JSON patch whose first operation tests it. A
+    /// failed test answers 422, as does a setup the API server refuses (read the platform again to tell
+    /// them apart).
+    pub async fn write_disaster_recovery_spec(
+        &self,
+        gsp: &GluesyncPlatform,
+        spec: Option<&crate::api::DisasterRecoverySpec>,
+    ) -> Result<GluesyncPlatform, kube::Error> {
+        self.gate()?;
+        let mut ops = vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": gsp.resource_version()}),
+        ];
+        match spec {
+            Some(spec) => {
+                ops.push(json!({"op": "add", "path": "/spec/disasterRecovery", "value": spec}))
+            }
+            None if gsp.spec.disaster_recovery.is_some() => {
+                ops.push(json!({"op": "remove", "path": "/spec/disasterRecovery"}))
+            }
+            None => return Ok(gsp.clone()),
+        }
+        let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+            .map_err(kube::Error::SerdeError)?;
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let ns = gsp.namespace().unwrap_or_default();
+        Api::<GluesyncPlatform>::namespaced(self.client.clone(), &ns)
+            .patch(&gsp.name_any(), &params, &Patch::<()>::Json(patch))
+            .await
+    }
+
     /// One merge patch of a Secret GKO may patch by name.
     async fn patch_secret(
         &self,

@@ -17,11 +17,7 @@ use axum::{
     http::StatusCode,
     response::Response,
 };
-use k8s_openapi::api::core::v1::Secret;
-use kube::{
-    Api as KubeApi, ResourceExt,
-    api::{Patch, PatchParams},
-};
+use kube::ResourceExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -29,7 +25,7 @@ use super::{Api, Caller, Gate, allow, failure, read_body, success};
 use crate::{
     api::{
         DR_SECRET_KEY, DisasterRecoveryRole, DisasterRecoveryService, DisasterRecoverySpec,
-        FIELD_MANAGER, GluesyncPlatform, UpdatePolicy,
+        GluesyncPlatform, UpdatePolicy,
     },
     update::disaster,
 };
@@ -267,11 +263,12 @@ pub(super) async fn put_setup(State(api): State<Api>, req: Request) -> Response 
         }
         // The Secret is the chart's (GKO's Role may not create Secrets, see docs/install.md); it must be
         // an Opaque Secret, never one the cluster fills with a token.
-        let found = KubeApi::<Secret>::namespaced(api.view.writer.client().clone(), &api.view.namespace)
-            .get_opt(&name)
+        let found = api
+            .view
+            .secret(&name)
             .await
             .map_err(|e| {
-                tracing::warn!(error = %e, secret = %name, "reading the disaster-recovery Secret failed");
+                tracing::warn!(error = %e, "reading the disaster-recovery Secret failed");
                 failure(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Could not read the disaster-recovery Secret",
@@ -388,13 +385,7 @@ async fn write_spec(
             Err(Written::Stale) => None,
             Err(Written::Refused(why)) => Some(why),
         };
-        let fresh = KubeApi::<GluesyncPlatform>::namespaced(
-            api.view.writer.client().clone(),
-            &api.view.namespace,
-        )
-        .get(&gsp.name_any())
-        .await
-        .map_err(|e| {
+        let fresh = api.view.read_platform(&gsp.name_any()).await.map_err(|e| {
             tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
             unavailable()
         })?;
@@ -454,44 +445,16 @@ async fn write_spec_once(
     gsp: &GluesyncPlatform,
     spec: Option<&DisasterRecoverySpec>,
 ) -> Result<GluesyncPlatform, Written> {
-    if !api.view.writer.leadership().is_leader() {
-        return Err(Written::Answer(failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "This GKO is not the leader",
-            "try again: the GKO that holds the Lease answers",
-        )));
-    }
-    let platforms: KubeApi<GluesyncPlatform> =
-        KubeApi::namespaced(api.view.writer.client().clone(), &api.view.namespace);
-    // A JSON patch: the setup replaces the whole of spec.disasterRecovery (a merge patch would keep
-    // fields of an earlier one), and only if the platform is still the one read.
-    let mut ops = vec![
-        json!({"op": "test", "path": "/metadata/resourceVersion", "value": gsp.resource_version()}),
-    ];
-    match spec {
-        Some(spec) => {
-            ops.push(json!({"op": "add", "path": "/spec/disasterRecovery", "value": spec}))
-        }
-        None if gsp.spec.disaster_recovery.is_some() => {
-            ops.push(json!({"op": "remove", "path": "/spec/disasterRecovery"}))
-        }
-        None => return Ok(gsp.clone()),
-    }
-    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).map_err(|e| {
-        Written::Answer(failure(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Could not write the setup",
-            e.to_string(),
-        ))
-    })?;
-    let params = PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    platforms
-        .patch(&gsp.name_any(), &params, &Patch::<()>::Json(patch))
+    api.view
+        .writer
+        .write_disaster_recovery_spec(gsp, spec)
         .await
         .map_err(|e| match e {
+            e if crate::cluster::writer::is_not_leader(&e) => Written::Answer(failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "This GKO is not the leader",
+                "try again: the GKO that holds the Lease answers",
+            )),
             kube::Error::Api(s) if s.code == 409 => Written::Stale,
             // A failed `test` of the resourceVersion, or a setup the API server refuses: told apart by
             // reading the platform again.

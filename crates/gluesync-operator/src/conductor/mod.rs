@@ -274,7 +274,7 @@ impl Api {
             return Ok(client.clone());
         }
         let client = Arc::new(
-            crate::corehub::worker::connect(
+            crate::corehub::connect::connect(
                 self.view.writer.client(),
                 &self.view.namespace,
                 self.view.instance.as_deref(),
@@ -737,20 +737,18 @@ async fn accept_update(
     let mut gsp = api.platform()?;
     for attempt in 0..REQUEST_WRITE_TRIES {
         if attempt > 0 {
-            gsp = kube::Api::<GluesyncPlatform>::namespaced(
-                api.view.writer.client().clone(),
-                &api.view.namespace,
-            )
-            .get(&kube::ResourceExt::name_any(&gsp))
-            .await
-            .map_err(|e| {
-                tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
-                failure(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "Failed to do containers action",
-                    "GKO could not read the GluesyncPlatform; nothing was changed, try again",
-                )
-            })?;
+            gsp = api
+                .view
+                .read_platform(&kube::ResourceExt::name_any(&gsp))
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
+                    failure(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "Failed to do containers action",
+                        "GKO could not read the GluesyncPlatform; nothing was changed, try again",
+                    )
+                })?;
         }
         let (version, modules) = match asked(&gsp, &workloads, &latest, &ids)? {
             Asked::Join(id) => return Ok(id),

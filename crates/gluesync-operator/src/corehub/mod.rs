@@ -3,6 +3,7 @@
 //! Every call has a timeout; connection errors, timeouts and 5xx answers are retried with backoff; a 401
 //! logs in again once. What is left is an [`Error`] that says what failed.
 
+pub mod connect;
 pub mod worker;
 
 use std::{sync::Arc, time::Duration};

@@ -4,17 +4,16 @@
 //! saw. Every call is made only while this GKO holds the Lease.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet},
+    collections::{BTreeSet, HashSet},
     sync::Arc,
     time::{Duration, Instant},
 };
 
 use futures::{StreamExt, stream};
-use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::Time};
-use kube::Api;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
-use super::{CoreHub, Credentials, Retry, Tls};
+use super::CoreHub;
 use crate::{
     api::ids::PipelineId,
     update::corehub::{Listing, Report, Target, Work, in_maintenance},
@@ -61,83 +60,6 @@ impl Env {
 
 fn now() -> Time {
     Time(jiff::Timestamp::now())
-}
-
-async fn secret(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-) -> Result<BTreeMap<String, String>, String> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = api
-        .get(name)
-        .await
-        .map_err(|e| format!("reading Secret {name}: {e}"))?;
-    Ok(secret
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, ByteString(v))| (k, String::from_utf8_lossy(&v).trim().to_string()))
-        .collect())
-}
-
-/// A Core Hub client for `target`, with the credentials and CA its Secrets (in `namespace`) hold now,
-/// naming this GKO process (`instance`) in its requests.
-pub async fn connect(
-    client: &kube::Client,
-    namespace: &str,
-    instance: Option<&str>,
-    access: &crate::update::access::Access,
-    target: &Target,
-) -> Result<CoreHub, String> {
-    // The engine never hands over a target naming another Secret; this refuses it again.
-    for name in target
-        .credentials_secret
-        .iter()
-        .chain(target.ca_secret.iter())
-    {
-        if !access.secret_allowed(name) {
-            return Err(format!("Secret {name} is not one this GKO may read"));
-        }
-    }
-    let credentials = match &target.credentials_secret {
-        None => Credentials::None,
-        Some(name) => {
-            let data = secret(client, namespace, name).await?;
-            match (
-                data.get("token"),
-                data.get("username"),
-                data.get("password"),
-            ) {
-                (Some(t), _, _) => Credentials::Token(t.clone()),
-                (None, Some(u), Some(p)) => Credentials::Password {
-                    username: u.clone(),
-                    password: p.clone(),
-                },
-                _ => {
-                    return Err(format!(
-                        "Secret {name} has neither token nor username and password"
-                    ));
-                }
-            }
-        }
-    };
-    let ca_pem = match &target.ca_secret {
-        None => None,
-        Some(name) => Some(
-            secret(client, namespace, name)
-                .await?
-                .get("ca.crt")
-                .cloned()
-                .ok_or(format!("Secret {name} has no ca.crt"))?,
-        ),
-    };
-    let tls = Tls {
-        ca_pem,
-        insecure_skip_verify: target.insecure_skip_verify,
-    };
-    CoreHub::new_as(&target.url, credentials, &tls, Retry::default(), instance)
-        .map_err(|e| e.to_string())
 }
 
 /// Sends one kind of maintenance request to each of `ids`, while this GKO holds the Lease: `accepted` is
@@ -267,7 +189,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             {
                 client.clone()
             }
-            _ => match connect(
+            _ => match super::connect::connect(
                 &env.client,
                 &env.namespace,
                 env.instance.as_deref(),
