@@ -518,15 +518,11 @@ fn fit_note(note: String) -> String {
 }
 
 fn series_action(reason: &str, note: &str) -> String {
-    use std::hash::{Hash, Hasher};
-    // A stable hash (not RandomState): the same message maps to the same series across restarts.
-    let mut h = std::hash::DefaultHasher::new();
-    note.hash(&mut h);
+    // A stable hash (FNV-1a, the same in every build and release, unlike `DefaultHasher`): the same
+    // message maps to the same series across restarts and upgrades.
+    let digest = crate::api::ids::digest(&[note]);
     // The API server allows 128 characters.
-    format!("{reason}/{:016x}", h.finish())
-        .chars()
-        .take(128)
-        .collect()
+    format!("{reason}/{digest}").chars().take(128).collect()
 }
 
 #[cfg(test)]
@@ -555,5 +551,7 @@ mod tests {
             series_action("UpdateStarted", "update to 2.3.2.3 asked by bob")
         );
         assert!(series_action(&"R".repeat(200), "x").len() <= 128);
+        // The same in every build and release: a restarted or upgraded GKO continues the series.
+        assert_eq!(series_action("R", "x"), "R/08f0de07b58d2b17");
     }
 }

@@ -150,14 +150,9 @@ impl Presented {
                 session: None,
             }));
         }
-        let session = headers
-            .get_all("cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|c| c.split(';'))
-            .filter_map(|kv| kv.trim().split_once('='))
-            .find(|(k, _)| *k == "gs-auth")
-            .map(|(_, v)| v.to_string())
+        let session = axum_extra::extract::CookieJar::from_headers(headers)
+            .get("gs-auth")
+            .map(|c| c.value().to_string())
             .filter(|v| !v.is_empty());
         Ok(session.map(|session| Presented {
             authorization: None,

@@ -528,10 +528,16 @@ async fn authenticated(State(api): State<Api>, mut req: Request, next: Next) -> 
         let same_origin = match headers.get("origin").map(|v| v.to_str()) {
             None => true,
             Some(Err(_)) => false,
-            Some(Ok(origin)) => {
-                let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
-                host.is_some_and(|h| h.eq_ignore_ascii_case(origin_host.trim_end_matches('/')))
-            }
+            Some(Ok(origin)) => url::Url::parse(origin).ok().is_some_and(|o| {
+                // The origin's authority as a Host header names it (the port only when not the
+                // scheme's default).
+                let authority = match (o.host_str(), o.port()) {
+                    (Some(h), Some(p)) => format!("{h}:{p}"),
+                    (Some(h), None) => h.to_string(),
+                    (None, _) => return false,
+                };
+                host.is_some_and(|h| h.eq_ignore_ascii_case(&authority))
+            }),
         };
         if !json || !same_origin {
             tracing::warn!(username = %caller.username, path = %req.uri().path(), "refused a cross-site cookie request");
@@ -592,11 +598,15 @@ fn container_json(w: &crate::update::observed::Workload) -> Value {
 }
 
 async fn list_containers(State(api): State<Api>, req: Request) -> Response {
-    let wanted = req
-        .uri()
-        .query()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("type=")))
-        .map(str::to_string);
+    /// `GET /containers?type=...`: only the containers of that component type.
+    #[derive(serde::Deserialize)]
+    struct Filter {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+    }
+    let wanted = axum::extract::Query::<Filter>::try_from_uri(req.uri())
+        .ok()
+        .and_then(|q| q.0.kind);
     let containers: Vec<Value> = api
         .view
         .workloads()

@@ -22,27 +22,31 @@ pub struct Access {
     pub corehub_urls: Vec<String>,
 }
 
-/// The scheme, host and port of a URL (`None` when it does not parse as `http(s)://host[:port]...`).
+/// The scheme, host and port of a URL (`None` when it is not an `http(s)://host[:port]...` URL, or
+/// carries a user name or password). The port may be `*` (an allowed entry's wildcard).
 fn origin(url: &str) -> Option<(String, String, String)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let scheme = scheme.to_ascii_lowercase();
-    if scheme != "http" && scheme != "https" {
-        return None;
-    }
-    let authority = rest.split(['/', '?', '#']).next()?;
-    if authority.is_empty() || authority.contains('@') {
-        return None;
-    }
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
-            (h.to_string(), p.to_string())
-        }
-        _ => (
-            authority.to_string(),
-            if scheme == "https" { "443" } else { "80" }.to_string(),
-        ),
+    let (url, any_port) = match url.strip_suffix(":*") {
+        Some(base) => (base, true),
+        None => (url, false),
     };
-    Some((scheme, host.to_ascii_lowercase(), port))
+    let parsed = url::Url::parse(url).ok()?;
+    let scheme = parsed.scheme();
+    if (scheme != "http" && scheme != "https")
+        || !parsed.username().is_empty()
+        || parsed.password().is_some()
+    {
+        return None;
+    }
+    let host = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())?
+        .to_ascii_lowercase();
+    let port = if any_port {
+        "*".to_string()
+    } else {
+        parsed.port_or_known_default()?.to_string()
+    };
+    Some((scheme.to_string(), host, port))
 }
 
 impl Access {
