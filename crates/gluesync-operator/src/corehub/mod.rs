@@ -161,32 +161,30 @@ impl CoreHub {
         what: &str,
         build: impl Fn() -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, Error> {
-        let mut backoff = self.retry.first_backoff;
-        let mut last = None;
-        for attempt in 1..=self.retry.attempts.max(1) {
+        use backon::Retryable;
+        let backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(self.retry.first_backoff)
+            .with_max_delay(Duration::from_secs(5))
+            .with_max_times(self.retry.attempts.max(1) as usize - 1);
+        let once = || async {
             match build().send().await {
                 Ok(resp) if resp.status().is_server_error() => {
                     let status = resp.status().as_u16();
                     let body = crate::http::bounded::error_text(resp).await;
-                    last = Some(Error::Status {
+                    Err(Error::Status {
                         what: what.into(),
                         status,
                         body: truncate(&body),
-                    });
+                    })
                 }
-                Ok(resp) => return Ok(resp),
-                Err(e) => last = Some(self.unreachable(&e)),
+                Ok(resp) => Ok(resp),
+                Err(e) => Err(self.unreachable(&e)),
             }
-            if attempt < self.retry.attempts {
-                tracing::debug!(what, attempt, "Core Hub call failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-        Err(last.unwrap_or_else(|| Error::Unreachable {
-            url: self.base.clone(),
-            reason: "no attempt made".into(),
-        }))
+        };
+        once.retry(backoff)
+            .sleep(tokio::time::sleep)
+            .notify(|e, after| tracing::debug!(what, error = %e, ?after, "Core Hub call failed; retrying"))
+            .await
     }
 
     /// A request that got no answer: a certificate GKO does not trust is said as such (the TLS handshake
