@@ -138,7 +138,7 @@ pub async fn run(
     // Each watch backs off on its own; the controller's pause on any of their errors (30 s at most by
     // default, for every trigger at once) is kept as short.
     let controller = Controller::for_stream(gsp_stream, platforms.clone())
-        .trigger_backoff(watches::WatchBackoff::default());
+        .trigger_backoff(watches::watch_backoff());
 
     let view = Arc::new(View {
         namespace: ns.to_string(),

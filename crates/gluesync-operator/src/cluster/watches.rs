@@ -30,6 +30,7 @@ use kube::{
     runtime::{
         WatchStreamExt,
         reflector::{self, ObjectRef, Store},
+        utils::ResetTimerBackoff,
         watcher,
     },
 };
@@ -37,40 +38,23 @@ use tokio::sync::watch;
 
 use crate::metrics::{KindLabel, Metrics};
 
-/// The pause after a failed list or watch: 250 ms, doubling up to 5 s, back to 250 ms after any success.
-/// After a restart of kube-apiserver every watch fails a few times (refused connections, then "too old
-/// resource version" once), and with the default 30 s ceiling, applied to each watch and again to all of
-/// the controller's triggers, GKO stayed blind to its GluesyncPlatforms for minutes.
-pub struct WatchBackoff {
-    next: Duration,
+/// The pause after a failed list or watch: 250 ms, doubling up to 5 s, back to 250 ms after any success
+/// (and after a minute without a failure). After a restart of kube-apiserver every watch fails a few
+/// times (refused connections, then "too old resource version" once), and with the default 30 s ceiling,
+/// applied to each watch and again to all of the controller's triggers, GKO stayed blind to its
+/// GluesyncPlatforms for minutes.
+pub fn watch_backoff() -> ResetTimerBackoff<watcher::ExponentialBackoff> {
+    let exponential = backon::ExponentialBuilder::default()
+        .with_min_delay(WATCH_BACKOFF_FIRST)
+        .with_max_delay(WATCH_BACKOFF_MAX)
+        .with_factor(2.0)
+        .without_max_times();
+    ResetTimerBackoff::new(exponential.into(), WATCH_BACKOFF_RESET)
 }
 
 const WATCH_BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(5);
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        WatchBackoff {
-            next: WATCH_BACKOFF_FIRST,
-        }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let now = self.next;
-        self.next = (now * 2).min(WATCH_BACKOFF_MAX);
-        Some(now)
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = WATCH_BACKOFF_FIRST;
-    }
-}
+const WATCH_BACKOFF_RESET: Duration = Duration::from_secs(60);
 
 /// Objects GKO caches: `keep` cuts one down to what GKO reads.
 pub trait Kept:
@@ -223,14 +207,14 @@ fn changed_only<K: Kept>(
     }
 }
 
-/// The events of one watch, each object cut down to what GKO reads, backing off as [`WatchBackoff`] says.
+/// The events of one watch, each object cut down to what GKO reads, backing off as [`watch_backoff`] says.
 fn kept_events<K: Kept>(
     api: Api<K>,
     config: watcher::Config,
 ) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + use<K> {
     watcher(api, config)
         .modify(K::keep)
-        .backoff(WatchBackoff::default())
+        .backoff(watch_backoff())
 }
 
 /// Keeps the `cached_objects` gauge of `K` at the cache's size.
