@@ -15,11 +15,14 @@ use tokio::{sync::watch, task::JoinHandle};
 
 use crate::api::GluesyncPlatform;
 
+/// The GluesyncPlatform as the controller watches it (one that does not parse included).
+pub type Watched = kube::core::DeserializeGuard<GluesyncPlatform>;
+
 /// Asks the controller to reconcile one platform.
 #[derive(Clone)]
 pub struct Wake {
-    tx: UnboundedSender<ObjectRef<GluesyncPlatform>>,
-    target: ObjectRef<GluesyncPlatform>,
+    tx: UnboundedSender<ObjectRef<Watched>>,
+    target: ObjectRef<Watched>,
 }
 
 impl Wake {
@@ -53,7 +56,7 @@ type Run<W, R> = dyn Fn(Input<W, R>) -> futures::future::BoxFuture<'static, ()> 
 /// One kind of background work, one task per platform (by uid).
 pub struct Tasks<W, R> {
     slots: Mutex<HashMap<String, Slot<W, R>>>,
-    wake: UnboundedSender<ObjectRef<GluesyncPlatform>>,
+    wake: UnboundedSender<ObjectRef<Watched>>,
     run: Box<Run<W, R>>,
 }
 
@@ -63,7 +66,7 @@ where
     R: Default + Clone + Send + 'static,
 {
     pub fn new<F>(
-        wake: UnboundedSender<ObjectRef<GluesyncPlatform>>,
+        wake: UnboundedSender<ObjectRef<Watched>>,
         run: impl Fn(Input<W, R>) -> F + Send + Sync + 'static,
     ) -> Self
     where
@@ -93,7 +96,7 @@ where
                 report: report.clone(),
                 wake: Wake {
                     tx: self.wake.clone(),
-                    target: ObjectRef::from_obj(gsp),
+                    target: ObjectRef::from_obj(gsp).into_kind_unchecked(()),
                 },
             };
             let task = tokio::spawn((self.run)(input));

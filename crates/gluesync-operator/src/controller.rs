@@ -5,7 +5,11 @@
 
 use std::{sync::Arc, time::Duration};
 
-use kube::{ResourceExt, runtime::controller::Action as Requeue};
+use kube::{
+    ResourceExt,
+    core::{DeserializeGuard, error_boundary::InvalidObject},
+    runtime::{controller::Action as Requeue, events::EventType},
+};
 use tracing::{instrument, warn};
 
 use crate::{
@@ -63,8 +67,15 @@ impl Context {
 const STEPS_PER_RECONCILE: usize = 32;
 
 #[instrument(skip_all, fields(gsp = %cached.name_any()))]
-pub async fn reconcile(cached: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+pub async fn reconcile(
+    cached: Arc<DeserializeGuard<GluesyncPlatform>>,
+    ctx: Arc<Context>,
+) -> Result<Requeue, Error> {
     let view = &ctx.view;
+    let cached = match &cached.0 {
+        Ok(gsp) => gsp,
+        Err(invalid) => return Ok(not_parsed(view, &cached, invalid).await),
+    };
     if !view.ready() || !view.pods_listed() {
         // Deciding from half-filled caches would report workloads missing that are not (or, for the
         // pods, a rollout done that is not).
@@ -75,7 +86,7 @@ pub async fn reconcile(cached: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Resu
         return Ok(Requeue::await_change());
     }
     view.metrics.reconciles.inc();
-    let Some(mut gsp) = observe::platform(view, &ctx.lists, &cached)
+    let Some(mut gsp) = observe::platform(view, &ctx.lists, cached)
         .await
         .map_err(Error::Read)?
     else {
@@ -125,7 +136,41 @@ pub async fn reconcile(cached: Arc<GluesyncPlatform>, ctx: Arc<Context>) -> Resu
     Ok(Requeue::requeue(Duration::from_millis(10)))
 }
 
-pub fn error_policy(gsp: Arc<GluesyncPlatform>, error: &Error, ctx: Arc<Context>) -> Requeue {
+/// A GluesyncPlatform that does not parse: said once per distinct error as a Warning event (and in the
+/// log); nothing is done to it, and the others are reconciled as ever. Its next change is looked at anew.
+async fn not_parsed(
+    view: &View,
+    guard: &DeserializeGuard<GluesyncPlatform>,
+    invalid: &InvalidObject,
+) -> Requeue {
+    warn!(error = %invalid.error, "the GluesyncPlatform does not parse; fix it with kubectl edit");
+    if view.writer.leadership().is_leader()
+        && let Err(e) = view
+            .writer
+            .event(
+                guard,
+                EventType::Warning,
+                NOT_PARSED,
+                format!(
+                    "GKO cannot read this GluesyncPlatform ({}); it changes nothing until the resource is fixed",
+                    invalid.error
+                ),
+            )
+            .await
+    {
+        warn!(error = %e, "recording an event failed");
+    }
+    Requeue::await_change()
+}
+
+/// The Warning event of a GluesyncPlatform that does not parse.
+const NOT_PARSED: &str = "InvalidResource";
+
+pub fn error_policy(
+    gsp: Arc<DeserializeGuard<GluesyncPlatform>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Requeue {
     match error {
         Error::Commit(CommitError::Stale) => Requeue::requeue(Duration::from_millis(50)),
         _ => {

@@ -15,6 +15,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, ResourceExt,
+    core::DeserializeGuard,
     runtime::{Controller, reflector::ObjectRef, watcher},
 };
 use tracing::{info, warn};
@@ -129,7 +130,7 @@ pub async fn run(
     // moves on each of its events (what the Conductor API waits on).
     let changed = tokio::sync::watch::channel(0u64).0;
     let (platforms, gsp_stream) = cached(
-        Api::<GluesyncPlatform>::namespaced(client.clone(), ns),
+        Api::<DeserializeGuard<GluesyncPlatform>>::namespaced(client.clone(), ns),
         watcher::Config::default().any_semantic(),
         &metrics,
     );
@@ -276,7 +277,10 @@ pub async fn run(
         .watches_stream(pod_stream, for_pods)
         .watches_stream(spilled_stream, move |cm: ConfigMap| {
             let platform = cm.labels().get(crate::cluster::spill::LABEL).cloned()?;
-            Some(ObjectRef::<GluesyncPlatform>::new(&platform).within(&cm.namespace()?))
+            Some(
+                ObjectRef::<DeserializeGuard<GluesyncPlatform>>::new(&platform)
+                    .within(&cm.namespace()?),
+            )
         })
         .reconcile_on(woken)
         .reconcile_all_on(acquired)

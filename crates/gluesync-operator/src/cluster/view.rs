@@ -9,7 +9,7 @@ use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     core::v1::{ConfigMap, Secret},
 };
-use kube::{Api, ResourceExt, runtime::reflector::Store};
+use kube::{Api, ResourceExt, core::DeserializeGuard, runtime::reflector::Store};
 use tokio::sync::watch;
 
 use crate::{
@@ -24,7 +24,8 @@ pub struct View {
     pub namespace: String,
     pub writer: Writer,
     pub metrics: Arc<Metrics>,
-    pub platforms: Store<GluesyncPlatform>,
+    /// The GluesyncPlatforms, each as it parsed or did not (see [`Platform`]).
+    pub platforms: Store<DeserializeGuard<GluesyncPlatform>>,
     pub statefulsets: Store<StatefulSet>,
     pub deployments: Store<Deployment>,
     /// The pods of the labelled workloads (see [`crate::cluster::watches`]).
@@ -39,6 +40,35 @@ pub struct View {
     pub instance: Option<String>,
     /// The Secrets it may read and the Core Hub URLs it may call.
     pub access: crate::update::access::Access,
+}
+
+/// A cached GluesyncPlatform that parsed, shared with the cache (not copied).
+/// Only [`Platform::parsed`] makes one.
+#[derive(Clone, Debug)]
+pub struct Platform(Arc<DeserializeGuard<GluesyncPlatform>>);
+
+impl Platform {
+    pub fn parsed(guard: Arc<DeserializeGuard<GluesyncPlatform>>) -> Option<Platform> {
+        guard.0.is_ok().then_some(Platform(guard))
+    }
+}
+
+impl std::ops::Deref for Platform {
+    type Target = GluesyncPlatform;
+
+    fn deref(&self) -> &GluesyncPlatform {
+        match &self.0.0 {
+            Ok(gsp) => gsp,
+            // `parsed` made this Platform from a guard holding a platform.
+            Err(_) => unreachable!("a Platform holds a GluesyncPlatform that parsed"),
+        }
+    }
+}
+
+impl AsRef<GluesyncPlatform> for Platform {
+    fn as_ref(&self) -> &GluesyncPlatform {
+        self
+    }
 }
 
 /// Why a Secret could not be read.
@@ -91,9 +121,15 @@ impl View {
         listed
     }
 
-    /// The namespace's GluesyncPlatform (GKO manages one per namespace), from the cache.
-    pub fn platform(&self) -> Option<Arc<GluesyncPlatform>> {
-        let mut all = self.platforms.state();
+    /// The namespace's GluesyncPlatform (GKO manages one per namespace), from the cache; one that does
+    /// not parse is none.
+    pub fn platform(&self) -> Option<Platform> {
+        let mut all: Vec<Platform> = self
+            .platforms
+            .state()
+            .into_iter()
+            .filter_map(Platform::parsed)
+            .collect();
         all.sort_by_key(|g| g.name_any());
         all.into_iter().next()
     }

@@ -27,6 +27,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Resource,
+    core::DeserializeGuard,
     runtime::{
         WatchStreamExt,
         reflector::{self, ObjectRef, Store},
@@ -60,7 +61,6 @@ const WATCH_BACKOFF_RESET: Duration = Duration::from_secs(60);
 pub trait Kept:
     Resource<DynamicType = ()>
     + Clone
-    + PartialEq
     + std::fmt::Debug
     + serde::de::DeserializeOwned
     + Send
@@ -68,6 +68,28 @@ pub trait Kept:
     + 'static
 {
     fn keep(&mut self);
+
+    /// The cache holds it as it is: an update that changes nothing GKO reads is dropped.
+    fn same(&self, other: &Self) -> bool;
+}
+
+/// A GluesyncPlatform as the watch delivers it: one that does not parse (a hand edit the CRD's schema
+/// let through, a field of a newer GKO) is held as what it is, with its metadata, and never fails the
+/// watch of the others; the controller reports it with a Warning event.
+impl Kept for DeserializeGuard<crate::api::GluesyncPlatform> {
+    fn keep(&mut self) {
+        if let Ok(gsp) = &mut self.0 {
+            gsp.keep();
+        }
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Ok(a), Ok(b)) => a.same(b),
+            (Err(a), Err(b)) => a.error == b.error && a.metadata == b.metadata,
+            _ => false,
+        }
+    }
 }
 
 impl Kept for crate::api::GluesyncPlatform {
@@ -75,17 +97,29 @@ impl Kept for crate::api::GluesyncPlatform {
     fn keep(&mut self) {
         self.metadata.managed_fields = None;
     }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl Kept for StatefulSet {
     fn keep(&mut self) {
         keep_meta(&mut self.metadata);
     }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl Kept for Deployment {
     fn keep(&mut self) {
         keep_meta(&mut self.metadata);
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
     }
 }
 
@@ -97,11 +131,19 @@ impl Kept for k8s_openapi::api::core::v1::ConfigMap {
         self.data = None;
         self.binary_data = None;
     }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl Kept for Pod {
     fn keep(&mut self) {
         keep_pod(self);
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self == other
     }
 }
 
@@ -200,7 +242,7 @@ fn changed_only<K: Kept>(
         let same = match event {
             Ok(watcher::Event::Apply(obj)) => store
                 .get(&ObjectRef::from_obj(obj))
-                .is_some_and(|held| *held == *obj),
+                .is_some_and(|held| held.same(obj)),
             _ => false,
         };
         futures::future::ready(!same)
@@ -468,6 +510,31 @@ mod tests {
 
     use super::*;
     use crate::update::observed::PodView;
+
+    #[test]
+    fn a_platform_that_does_not_parse_is_cached_with_its_metadata() {
+        let parse = |spec: serde_json::Value| {
+            serde_json::from_value::<DeserializeGuard<crate::api::GluesyncPlatform>>(json!({
+                "apiVersion": "gluesync.molo17.com/v1alpha1", "kind": "GluesyncPlatform",
+                "metadata": {"name": "gluesync", "namespace": "ns", "resourceVersion": "7"},
+                "spec": spec,
+            }))
+            .expect("the guard always parses")
+        };
+        let good = parse(json!({"version": "2.3.2.1"}));
+        assert!(good.0.is_ok());
+        // A field of another shape (a newer GKO's, a CRD that drifted): held as invalid, named.
+        let bad = parse(json!({"version": 7}));
+        let Err(invalid) = &bad.0 else {
+            panic!("a number is no version")
+        };
+        assert_eq!(invalid.metadata.name.as_deref(), Some("gluesync"));
+        assert!(invalid.error.contains("string"), "{}", invalid.error);
+        // The cache drops what changes nothing, whether it parsed or not.
+        let mut kept = bad.clone();
+        kept.keep();
+        assert!(kept.same(&bad) && !kept.same(&good) && good.same(&good.clone()));
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> LabelSelector {
         LabelSelector {

@@ -475,9 +475,9 @@ impl Writer {
 
     /// Records an event on the GluesyncPlatform. Events with the same reason and message form one series
     /// (a count that grows); a new message starts a new event (see [`series_action`]).
-    pub async fn event(
+    pub async fn event<K: Resource<DynamicType = ()>>(
         &self,
-        gsp: &GluesyncPlatform,
+        gsp: &K,
         type_: EventType,
         reason: &str,
         note: String,

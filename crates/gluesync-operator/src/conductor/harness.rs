@@ -77,7 +77,8 @@ impl Harness {
             metrics
                 .ready
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            let (platforms, mut platforms_w) = reflector::store::<GluesyncPlatform>();
+            let (platforms, mut platforms_w) =
+                reflector::store::<kube::core::DeserializeGuard<GluesyncPlatform>>();
             let mut gsp: GluesyncPlatform = serde_json::from_value(json!({
                 "apiVersion": "gluesync.molo17.com/v1", "kind": "GluesyncPlatform",
                 "metadata": {"name": "gluesync", "namespace": "gluesync", "generation": 1},
@@ -85,7 +86,9 @@ impl Harness {
             }))
             .expect("a platform");
             gsp.status = Some(Default::default());
-            platforms_w.apply_watcher_event(&watcher::Event::Apply(gsp));
+            platforms_w.apply_watcher_event(&watcher::Event::Apply(kube::core::DeserializeGuard(
+                Ok(gsp),
+            )));
             Arc::new(View {
                 namespace: "gluesync".into(),
                 writer: Writer::new(client, metrics.clone(), None, Leadership::always()),
