@@ -13,7 +13,7 @@ use kube::{
 use tracing::{instrument, warn};
 
 use crate::{
-    api::GluesyncPlatform,
+    api::{GluesyncPlatform, Reason},
     background::Tasks,
     cluster::{
         commit::{self, CommitError, StepClock},
@@ -150,7 +150,7 @@ async fn not_parsed(
             .event(
                 guard,
                 EventType::Warning,
-                NOT_PARSED,
+                Reason::InvalidResource.as_str(),
                 format!(
                     "GKO cannot read this GluesyncPlatform ({}); it changes nothing until the resource is fixed",
                     invalid.error
@@ -162,9 +162,6 @@ async fn not_parsed(
     }
     Requeue::await_change()
 }
-
-/// The Warning event of a GluesyncPlatform that does not parse.
-const NOT_PARSED: &str = "InvalidResource";
 
 pub fn error_policy(
     gsp: Arc<DeserializeGuard<GluesyncPlatform>>,

@@ -12,11 +12,13 @@ use serde::{Deserialize, Serialize};
 
 pub mod ids;
 mod problem;
+mod reason;
 mod request;
 pub mod version;
 
 pub use ids::{PipelineId, PipelineList};
 pub use problem::Problem;
+pub use reason::Reason;
 pub use request::UiRequest;
 
 /// API group of the custom resource.

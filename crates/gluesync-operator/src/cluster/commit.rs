@@ -70,7 +70,14 @@ impl Committed {
     /// Records the decision's events on the platform.
     pub async fn record(&self, view: &View, events: Vec<Event>) {
         for event in events {
-            record(view, &self.gsp, event.warning, event.reason, event.message).await;
+            record(
+                view,
+                &self.gsp,
+                event.warning,
+                event.reason.as_str(),
+                event.message,
+            )
+            .await;
         }
     }
 }

@@ -522,14 +522,22 @@ fn start(
             // An active pair keeps running as it is; the new settings are refused.
             let mut kept = previous.cloned().unwrap_or(dr);
             kept.message = format!("the new disaster-recovery settings are refused: {why}");
-            d.event(true, "DisasterRecoveryRefused", kept.message.clone());
+            d.event(
+                true,
+                crate::api::Reason::DisasterRecoveryRefused,
+                kept.message.clone(),
+            );
             d.status.disaster_recovery = Some(kept);
         }
         Some(why) => {
             dr.components.clear();
             dr.phase = Phase::Failed;
             dr.message = format!("the disaster-recovery setup is refused: {why}");
-            d.event(true, "DisasterRecoveryRefused", dr.message.clone());
+            d.event(
+                true,
+                crate::api::Reason::DisasterRecoveryRefused,
+                dr.message.clone(),
+            );
             d.status.disaster_recovery = Some(dr);
         }
         None => {
@@ -540,7 +548,11 @@ fn start(
                 spec.peer_address,
                 names.join(", ")
             );
-            d.event(false, "DisasterRecoveryStarted", dr.message.clone());
+            d.event(
+                false,
+                crate::api::Reason::DisasterRecoveryStarted,
+                dr.message.clone(),
+            );
             d.status.disaster_recovery = Some(dr);
             d.again = true;
         }
@@ -578,7 +590,11 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                     "taking the disaster-recovery pair down: putting the workloads back".into(),
                     obs,
                 );
-                d.event(false, "DisasterRecoveryTeardownStarted", dr.message.clone());
+                d.event(
+                    false,
+                    crate::api::Reason::DisasterRecoveryTeardownStarted,
+                    dr.message.clone(),
+                );
                 d.status.disaster_recovery = Some(dr);
                 d.again = true;
             }
@@ -620,7 +636,11 @@ fn active(
             "{} no longer carry the disaster-recovery setup (changed outside GKO); setting it again",
             drifted.join(", ")
         );
-        d.event(true, "DisasterRecoveryDrift", message.clone());
+        d.event(
+            true,
+            crate::api::Reason::DisasterRecoveryDrift,
+            message.clone(),
+        );
         set_phase(&mut dr, Phase::SettingUp, message, obs);
         d.status.disaster_recovery = Some(dr);
         d.again = true;
@@ -696,7 +716,7 @@ fn setting_up(
                         c.stable = None;
                         d.event(
                             false,
-                            "DisasterRecoveryWorkloadReady",
+                            crate::api::Reason::DisasterRecoveryWorkloadReady,
                             format!(
                                 "{} {} carries the disaster-recovery setup and passed its stability check",
                                 w.kind_name(),
@@ -723,7 +743,7 @@ fn setting_up(
     if let Some(why) = failed {
         d.event(
             true,
-            "DisasterRecoveryFailed",
+            crate::api::Reason::DisasterRecoveryFailed,
             format!("{why}; putting every change back"),
         );
         dr.failure = Some(why.clone());
@@ -739,7 +759,11 @@ fn setting_up(
                 spec.replication_port,
                 spec.control_port
             );
-            d.event(false, "DisasterRecoveryActive", message.clone());
+            d.event(
+                false,
+                crate::api::Reason::DisasterRecoveryActive,
+                message.clone(),
+            );
             set_phase(&mut dr, Phase::Active, message, obs);
             dr.service = Some(service_name(gsp));
         } else if let Some(core) = dr.components.first().and_then(|c| workload(obs, c)) {
@@ -827,7 +851,7 @@ fn restore(
                 // Nothing older to go back to: said, and the rest goes on.
                 d.event(
                     true,
-                    "DisasterRecoveryRestoreNotStable",
+                    crate::api::Reason::DisasterRecoveryRestoreNotStable,
                     format!(
                         "{} {} is back as it was before the setup but did not pass its stability check: {why}",
                         w.kind_name(),
@@ -877,7 +901,11 @@ fn restore(
                 "the disaster-recovery setup failed and was rolled back: {why}; every workload is as it \
                  was before, and the Service is removed and the shared secret GKO wrote is taken out of its Secret"
             );
-            d.event(true, "DisasterRecoveryRolledBack", message.clone());
+            d.event(
+                true,
+                crate::api::Reason::DisasterRecoveryRolledBack,
+                message.clone(),
+            );
             set_phase(&mut dr, Phase::Failed, message, obs);
             dr.service = None;
             dr.service_settings = None;
@@ -887,7 +915,7 @@ fn restore(
         _ => {
             d.event(
                 false,
-                "DisasterRecoveryRemoved",
+                crate::api::Reason::DisasterRecoveryRemoved,
                 "the disaster-recovery pair is taken down: the workloads are as they were before it, and \
                  the Service is removed and the shared secret GKO wrote is taken out of its Secret",
             );

@@ -198,16 +198,16 @@ pub(super) fn finish(
     };
     d.status = status::idle(&done, obs.workloads, &now);
     let (warning, reason) = match result {
-        UpdateResult::Succeeded => (false, "UpdateSucceeded"),
-        UpdateResult::Degraded => (true, "UpdateDegraded"),
-        UpdateResult::Failed => (true, "UpdateFailed"),
-        UpdateResult::Refused => (true, "UpdateRefused"),
+        UpdateResult::Succeeded => (false, crate::api::Reason::UpdateSucceeded),
+        UpdateResult::Degraded => (true, crate::api::Reason::UpdateDegraded),
+        UpdateResult::Failed => (true, crate::api::Reason::UpdateFailed),
+        UpdateResult::Refused => (true, crate::api::Reason::UpdateRefused),
     };
     d.event(warning, reason, message);
     if let Some(su) = d.status.self_update.clone() {
         d.event(
             false,
-            "OperatorUpdateScheduled",
+            crate::api::Reason::OperatorUpdateScheduled,
             format!(
                 "GKO will update itself to {} after this update",
                 version_of(&su.to_image).unwrap_or_default()

@@ -115,7 +115,7 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {
     pub warning: bool,
-    pub reason: &'static str,
+    pub reason: crate::api::Reason,
     pub message: String,
 }
 
@@ -148,7 +148,7 @@ impl Decision {
         }
     }
 
-    fn event(&mut self, warning: bool, reason: &'static str, message: impl Into<String>) {
+    fn event(&mut self, warning: bool, reason: crate::api::Reason, message: impl Into<String>) {
         self.events.push(Event {
             warning,
             reason,
@@ -275,7 +275,7 @@ pub fn decide(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     let gsp = taken.as_ref().map_or(gsp, |(g, _)| g);
     let mut d = decide_now(gsp, obs);
     if let Some((_, Some(why))) = taken {
-        d.event(true, "CatalogCheckFailed", why);
+        d.event(true, crate::api::Reason::CatalogCheckFailed, why);
     }
     d
 }
@@ -344,7 +344,7 @@ fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time,
         d.status.message = Some(format!("{why}; stopping the update safely"));
         d.event(
             true,
-            "UpdateCancelled",
+            crate::api::Reason::UpdateCancelled,
             format!("{why}: stopping the update during {:?}", u.step.name()),
         );
         u.step = step(gsp, next, now);
@@ -475,7 +475,7 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         if deleting && others_abandoned {
             d.event(
                 true,
-                "CleanupAbandoned",
+                crate::api::Reason::CleanupAbandoned,
                 format!(
                     "the GluesyncPlatform is deleted and GKO lets it go before {} ended: {}",
                     if d.status.self_update.is_some() {
@@ -496,7 +496,7 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             let left = &d.status.paused_pipelines;
             d.event(
                 true,
-                "PipelinesNotResumed",
+                crate::api::Reason::PipelinesNotResumed,
                 format!(
                     "the GluesyncPlatform is deleted and Core Hub did not resume {} pipelines within {} s; \
                      they stay in maintenance mode: {}",

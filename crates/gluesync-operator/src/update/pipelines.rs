@@ -35,7 +35,7 @@ const POLL_WATCH: Duration = Duration::from_secs(5);
 /// Shortest time late maintenance requests are watched for after a drain gave up.
 const LATE_WINDOW_MIN_SECONDS: i64 = 60;
 /// Condition reason while leftovers are being resumed between updates.
-const NOT_RESUMED: &str = "PipelinesNotResumed";
+const NOT_RESUMED: crate::api::Reason = crate::api::Reason::PipelinesNotResumed;
 
 /// The background epoch of an update: maintenance requests are sent once per epoch.
 pub(super) fn epoch(u: &UpdateStatus) -> String {
@@ -203,7 +203,7 @@ pub(super) fn drain(
         };
         d.event(
             false,
-            "PipelinesPaused",
+            crate::api::Reason::PipelinesPaused,
             format!(
                 "asked {}{more} running pipelines to enter maintenance mode",
                 new.len()
@@ -260,7 +260,7 @@ fn drain_timeout(
         "{what} within {timeout} s; resuming every pipeline GKO asked to pause, and watching {window} s more \
          for maintenance requests Core Hub applies late; the update is refused"
     );
-    d.event(true, "DrainTimeout", message.clone());
+    d.event(true, crate::api::Reason::DrainTimeout, message.clone());
     if mutated(Mutant::RefusedPatches)
         && let Some(c) = u.components.iter().find(|c| super::rollout::is_core(c))
         && let Some(to) = &c.to_image
@@ -340,7 +340,7 @@ pub(super) fn resume(
         if !u.resumed_pipelines.is_empty() {
             d.event(
                 false,
-                "PipelinesResumed",
+                crate::api::Reason::PipelinesResumed,
                 format!(
                     "{} pipelines taken out of maintenance mode",
                     u.resumed_pipelines.len()
@@ -407,7 +407,7 @@ pub(super) fn ledger(
         if before > 0 && idle {
             d.event(
                 false,
-                "PipelinesResumed",
+                crate::api::Reason::PipelinesResumed,
                 format!(
                     "{} pipelines GKO had left in maintenance mode are running again",
                     released.len()
@@ -442,7 +442,7 @@ pub(super) fn ledger(
         .status
         .iter()
         .flat_map(|s| s.conditions.iter())
-        .any(|c| c.type_ == RECONCILING && c.reason == NOT_RESUMED);
+        .any(|c| c.type_ == RECONCILING && c.reason == NOT_RESUMED.as_str());
     if !already {
         d.event(true, NOT_RESUMED, message.clone());
     }
@@ -455,6 +455,6 @@ pub(super) fn ledger(
         (STALLED, false, message),
     ]
     .into_iter()
-    .map(|(t, v, m)| status::condition(&previous, t, v, NOT_RESUMED, &m, generation, now))
+    .map(|(t, v, m)| status::condition(&previous, t, v, NOT_RESUMED.as_str(), &m, generation, now))
     .collect();
 }

@@ -116,7 +116,7 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
     let mut d = Decision::new(status);
     d.event(
         false,
-        "UpdateStarted",
+        crate::api::Reason::UpdateStarted,
         d.status.message.clone().unwrap_or_default(),
     );
     d.again = true;

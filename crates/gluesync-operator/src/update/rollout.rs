@@ -205,7 +205,7 @@ pub(super) fn core_hub(
     if patched_now {
         d.event(
             false,
-            "CoreHubPatched",
+            crate::api::Reason::CoreHubPatched,
             format!(
                 "Core Hub image set to {}",
                 u.components
@@ -222,7 +222,7 @@ pub(super) fn core_hub(
             "Core Hub failed its stability check and is being rolled back to {}: {why}",
             u.from.clone().unwrap_or_default()
         );
-        d.event(true, "CoreHubFailed", message.clone());
+        d.event(true, crate::api::Reason::CoreHubFailed, message.clone());
         start_core_rollback(u);
         settle_outcome(
             u,
@@ -235,7 +235,7 @@ pub(super) fn core_hub(
     }
     if all_updated {
         let message = format!("Core Hub {} passed its stability check", target(gsp, u));
-        d.event(false, "CoreHubUpdated", message.clone());
+        d.event(false, crate::api::Reason::CoreHubUpdated, message.clone());
         d.status.message = Some(format!(
             "{message}; taking pipelines out of maintenance mode"
         ));
@@ -390,7 +390,7 @@ pub(super) fn modules(
                     c.state = ComponentState::RolledBack;
                     d.event(
                         true,
-                        "ModuleRolledBack",
+                        crate::api::Reason::ModuleRolledBack,
                         format!(
                             "{} failed its stability check ({}) and is back on {}",
                             c.name,

@@ -136,12 +136,20 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
     let now = &obs.now;
     let Some(w) = operator(obs).filter(|w| w.name == su.name) else {
         let why = format!("GKO's Deployment {} is gone", su.name);
-        d.event(true, "OperatorUpdateCancelled", why.clone());
+        d.event(
+            true,
+            crate::api::Reason::OperatorUpdateCancelled,
+            why.clone(),
+        );
         end(d, &su, ComponentResultStatus::Skipped, why);
         return;
     };
     let cancel = |d: &mut Decision, su: &SelfUpdate, why: String| {
-        d.event(true, "OperatorUpdateCancelled", why.clone());
+        d.event(
+            true,
+            crate::api::Reason::OperatorUpdateCancelled,
+            why.clone(),
+        );
         d.actions.push(mark(&su.name, &su.container, None));
         end(d, su, ComponentResultStatus::Skipped, why);
     };
@@ -151,7 +159,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             "GKO could not set its own image to {image} within {} s",
             gsp.spec.stability_timeout_seconds
         );
-        d.event(true, "OperatorUpdateFailed", why.clone());
+        d.event(true, crate::api::Reason::OperatorUpdateFailed, why.clone());
         d.actions.push(mark(&su.name, &su.container, None));
         end(d, su, ComponentResultStatus::Error, why);
     };
@@ -239,7 +247,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             ));
             d.event(
                 false,
-                "OperatorRestarting",
+                crate::api::Reason::OperatorRestarting,
                 format!("GKO changed its own image to {to_version}; the new pod is starting"),
             );
             d.status.message = Some(format!("GKO is updating itself to {to_version}"));
@@ -283,7 +291,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             match super::rollout::stability(gsp, &mut c, w, &su.to_image, &deadline, now, d) {
                 Ok(true) if !i_am_old => {
                     let message = format!("GKO updated to {to_version}");
-                    d.event(false, "OperatorUpdated", message.clone());
+                    d.event(false, crate::api::Reason::OperatorUpdated, message.clone());
                     d.actions.push(mark(&su.name, &su.container, None));
                     d.status.message = Some(message.clone());
                     end(d, &su, ComponentResultStatus::Ok, message);
@@ -313,7 +321,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                     ));
                     d.event(
                         true,
-                        "OperatorRollingBack",
+                        crate::api::Reason::OperatorRollingBack,
                         format!(
                             "the new GKO {to_version} failed its stability check ({why}); GKO puts its own \
                              image back to {from_version}"
@@ -344,7 +352,11 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             if w.ready {
                 let message =
                     format!("GKO {to_version} did not come up; GKO is back on {from_version}");
-                d.event(true, "OperatorRolledBack", message.clone());
+                d.event(
+                    true,
+                    crate::api::Reason::OperatorRolledBack,
+                    message.clone(),
+                );
                 d.actions.push(mark(&su.name, &su.container, None));
                 d.status.message = Some(message.clone());
                 end(d, &su, ComponentResultStatus::RolledBack, message);
@@ -353,7 +365,11 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                     "GKO did not come back on {from_version} within {timeout} s after its update to \
                      {to_version} failed"
                 );
-                d.event(true, "OperatorUpdateFailed", message.clone());
+                d.event(
+                    true,
+                    crate::api::Reason::OperatorUpdateFailed,
+                    message.clone(),
+                );
                 d.actions.push(mark(&su.name, &su.container, None));
                 d.status.message = Some(message.clone());
                 end(d, &su, ComponentResultStatus::Error, message);

@@ -347,7 +347,7 @@ fn planned<'a>(g: &'a GluesyncPlatform, name: &str) -> &'a PlannedComponent {
 }
 
 fn reasons(events: &[Event]) -> Vec<&str> {
-    events.iter().map(|e| e.reason).collect()
+    events.iter().map(|e| e.reason.as_str()).collect()
 }
 
 #[test]
