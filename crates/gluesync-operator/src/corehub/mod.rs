@@ -352,41 +352,25 @@ impl CoreHub {
             .call("GET /pipelines", reqwest::Method::GET, "/pipelines")
             .await?;
         // Parsed as it arrives, on a blocking thread: the whole answer (100,000 pipelines may be tens of
-        // megabytes) is never held at once, only a few chunks and the ids parsed so far.
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let parse = tokio::task::spawn_blocking(move || {
+        // megabytes) is never held at once, only a chunk and the ids parsed so far. A read that fails
+        // midway is Core Hub unreachable, not a bad answer.
+        use futures::TryStreamExt;
+        let body =
+            tokio_util::io::StreamReader::new(resp.bytes_stream().map_err(std::io::Error::other));
+        let reader = std::io::BufReader::new(tokio_util::io::SyncIoBridge::new(body));
+        let base = self.base.clone();
+        tokio::task::spawn_blocking(move || {
             parse_pipelines_from(
-                std::io::BufReader::new(Chunks {
-                    rx,
-                    chunk: None,
-                    at: 0,
-                }),
+                reader,
                 previous.as_deref().map_or(&[], Vec::as_slice),
+                &base,
             )
-        });
-        let mut resp = resp;
-        let read = loop {
-            match resp.chunk().await {
-                // A parser that stopped (a bad answer) says why below.
-                Ok(Some(chunk)) => {
-                    if tx.send(chunk).await.is_err() {
-                        break Ok(());
-                    }
-                }
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
-        drop(tx);
-        let parsed = parse.await.map_err(|e| Error::BadAnswer {
+        })
+        .await
+        .map_err(|e| Error::BadAnswer {
             what: "GET /pipelines".into(),
             reason: e.to_string(),
-        })?;
-        read.map_err(|e| Error::Unreachable {
-            url: self.base.clone(),
-            reason: error_chain(&e),
-        })?;
-        parsed
+        })?
     }
 
     pub async fn set_maintenance(&self, id: &str, on: bool) -> Result<(), Error> {
@@ -408,7 +392,7 @@ impl CoreHub {
 /// Parses `GET /pipelines`: a bare list, or one wrapped as `{pipelines: [...]}`. Every pipeline must
 /// carry `id` and `isInMaintenanceMode`; the error names what is missing.
 pub fn parse_pipelines(body: &[u8]) -> Result<Vec<Pipeline>, Error> {
-    parse_pipelines_from(body, &[])
+    parse_pipelines_from(body, &[], "")
 }
 
 /// [`parse_pipelines`] from a reader, straight into [`Pipeline`]s, every other field skipped: a listing of
@@ -418,17 +402,24 @@ pub fn parse_pipelines(body: &[u8]) -> Result<Vec<Pipeline>, Error> {
 fn parse_pipelines_from(
     body: impl std::io::Read,
     previous: &[Pipeline],
+    url: &str,
 ) -> Result<Vec<Pipeline>, Error> {
     use serde::de::DeserializeSeed;
-    let bad = |reason: String| Error::BadAnswer {
-        what: "GET /pipelines".into(),
-        reason,
+    let bad = |e: serde_json::Error| match e.is_io() {
+        true => Error::Unreachable {
+            url: url.to_string(),
+            reason: e.to_string(),
+        },
+        false => Error::BadAnswer {
+            what: "GET /pipelines".into(),
+            reason: e.to_string(),
+        },
     };
     let mut de = serde_json::Deserializer::from_reader(body);
     let list = listing::Answer(previous)
         .deserialize(&mut de)
-        .map_err(|e| bad(e.to_string()))?;
-    de.end().map_err(|e| bad(e.to_string()))?;
+        .map_err(bad)?;
+    de.end().map_err(bad)?;
     Ok(list)
 }
 
@@ -589,36 +580,6 @@ mod listing {
     }
 }
 
-/// The chunks of a response body, as they arrive, read on a blocking thread.
-struct Chunks<B> {
-    rx: tokio::sync::mpsc::Receiver<B>,
-    chunk: Option<B>,
-    at: usize,
-}
-
-impl<B: AsRef<[u8]>> std::io::Read for Chunks<B> {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            if let Some(chunk) = &self.chunk {
-                let rest = &chunk.as_ref()[self.at..];
-                if !rest.is_empty() {
-                    let n = rest.len().min(out.len());
-                    out[..n].copy_from_slice(&rest[..n]);
-                    self.at += n;
-                    return Ok(n);
-                }
-            }
-            match self.rx.blocking_recv() {
-                Some(next) => {
-                    self.chunk = Some(next);
-                    self.at = 0;
-                }
-                None => return Ok(0),
-            }
-        }
-    }
-}
-
 /// What stays as it is in a path segment: RFC 3986's unreserved characters.
 const PATH_SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
@@ -656,27 +617,39 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn pipelines_parse_from_chunks_as_they_arrive() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn pipelines_parse_from_chunks_as_they_arrive() {
         let body = br#"  {"pipelines":[{"id":"a","isInMaintenanceMode":true},{"id":"b","isInMaintenanceMode":false}]}"#;
         for size in [1, 3, 7, body.len()] {
-            let (tx, rx) = tokio::sync::mpsc::channel(body.len());
-            for piece in body.chunks(size) {
-                tx.try_send(piece.to_vec()).unwrap();
-            }
-            drop(tx);
-            let reader = std::io::BufReader::new(Chunks {
-                rx,
-                chunk: None,
-                at: 0,
-            });
-            let p = parse_pipelines_from(reader, &[]).unwrap();
+            let pieces: Vec<std::io::Result<axum::body::Bytes>> = body
+                .chunks(size)
+                .map(|p| Ok(axum::body::Bytes::copy_from_slice(p)))
+                .collect();
+            let stream = tokio_util::io::StreamReader::new(futures::stream::iter(pieces));
+            let reader = std::io::BufReader::new(tokio_util::io::SyncIoBridge::new(stream));
+            let p = tokio::task::spawn_blocking(move || parse_pipelines_from(reader, &[], ""))
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(
                 p.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(),
                 ["a", "b"],
                 "chunks of {size}"
             );
         }
+        // A body cut by the network is Core Hub unreachable, not a bad answer.
+        let cut: Vec<std::io::Result<axum::body::Bytes>> = vec![
+            Ok(axum::body::Bytes::from_static(br#"[{"id":"a","#)),
+            Err(std::io::Error::other("connection reset")),
+        ];
+        let stream = tokio_util::io::StreamReader::new(futures::stream::iter(cut));
+        let reader = std::io::BufReader::new(tokio_util::io::SyncIoBridge::new(stream));
+        let e =
+            tokio::task::spawn_blocking(move || parse_pipelines_from(reader, &[], "https://ch"))
+                .await
+                .unwrap()
+                .unwrap_err();
+        assert!(matches!(e, Error::Unreachable { .. }), "{e}");
     }
 
     #[test]
@@ -707,7 +680,7 @@ mod tests {
         )
         .unwrap();
         let body = br#"[{"id":"a","isInMaintenanceMode":true},{"id":"c","isInMaintenanceMode":false},{"id":"d","isInMaintenanceMode":false}]"#;
-        let next = parse_pipelines_from(&body[..], &first).unwrap();
+        let next = parse_pipelines_from(&body[..], &first, "").unwrap();
         let same = |x: &Pipeline, y: &Pipeline| std::ptr::eq(x.id.as_str(), y.id.as_str());
         assert!(
             same(&next[0], &first[0]),
