@@ -23,11 +23,16 @@
 //! [`super::CALLER_REQUESTS`] what one caller holds.
 
 use std::{
-    collections::HashMap,
     hash::{BuildHasher, Hasher, RandomState},
-    sync::Mutex,
+    num::NonZeroU32,
     time::{Duration, Instant},
 };
+
+use governor::{
+    DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter,
+    clock::{Clock, DefaultClock},
+};
+use moka::sync::Cache;
 
 use super::Caller;
 
@@ -38,74 +43,36 @@ pub const REFUSED_FOR: Duration = Duration::from_secs(5);
 /// How long a subject Core Hub confirmed counts as known.
 pub const SUBJECT_KNOWN_FOR: Duration = Duration::from_secs(24 * 3600);
 /// Identity checks a second for credentials verified before.
-pub const VERIFIED_CHECKS_PER_SECOND: f64 = 4.0;
+pub const VERIFIED_CHECKS_PER_SECOND: u32 = 4;
 /// Identity checks a second for new tokens of known subjects.
-pub const KNOWN_CHECKS_PER_SECOND: f64 = 4.0;
+pub const KNOWN_CHECKS_PER_SECOND: u32 = 4;
 /// Identity checks a second for well-formed tokens of subjects not seen verified.
-pub const NEW_CHECKS_PER_SECOND: f64 = 8.0;
+pub const NEW_CHECKS_PER_SECOND: u32 = 8;
 /// Identity checks a second for everything else.
-pub const OTHER_CHECKS_PER_SECOND: f64 = 4.0;
+pub const OTHER_CHECKS_PER_SECOND: u32 = 4;
 /// What Core Hub gets at most: the three budgets together.
-pub const CHECKS_PER_SECOND: f64 = VERIFIED_CHECKS_PER_SECOND
+pub const CHECKS_PER_SECOND: u32 = VERIFIED_CHECKS_PER_SECOND
     + KNOWN_CHECKS_PER_SECOND
     + NEW_CHECKS_PER_SECOND
     + OTHER_CHECKS_PER_SECOND;
 // The guide's bound: a flood costs Core Hub at most 20 identity checks a second.
-const _: () = assert!(CHECKS_PER_SECOND <= 20.0);
+const _: () = assert!(CHECKS_PER_SECOND <= 20);
 /// Identity checks in flight at once: for verified credentials, for known subjects, and for each of the
 /// two others.
 const VERIFIED_IN_FLIGHT: usize = 2;
 const KNOWN_IN_FLIGHT: usize = 1;
 const STRANGERS_IN_FLIGHT: usize = 1;
 /// Identity checks one claimed subject may start each second (a burst of [`SUBJECT_CHECK_BURST`]).
-pub const SUBJECT_CHECKS_PER_SECOND: f64 = 2.0;
-const SUBJECT_CHECK_BURST: f64 = 4.0;
+pub const SUBJECT_CHECKS_PER_SECOND: u32 = 2;
+const SUBJECT_CHECK_BURST: u32 = 4;
 /// Identity checks one client address may start each second for credentials of the other budget (behind
 /// an ingress every caller shares one address: callers with well-formed tokens are not held to it).
-pub const CLIENT_CHECKS_PER_SECOND: f64 = 2.0;
+pub const CLIENT_CHECKS_PER_SECOND: u32 = 2;
 /// Identity checks one client address may start at once after a pause (less than the other budget's
 /// burst, so one client never takes every check of a second).
-pub const CLIENT_CHECK_BURST: f64 = 3.0;
+pub const CLIENT_CHECK_BURST: u32 = 3;
 /// Callers (and subjects, and client addresses) remembered at most.
 const CAPACITY: usize = 10_000;
-
-/// A token bucket: `rate` tokens a second, at most `burst` kept.
-#[derive(Clone, Copy, Debug)]
-pub struct Bucket {
-    tokens: f64,
-    at: Instant,
-    rate: f64,
-    burst: f64,
-}
-
-impl Bucket {
-    pub fn full(rate: f64, burst: f64) -> Bucket {
-        Bucket {
-            tokens: burst,
-            at: Instant::now(),
-            rate,
-            burst,
-        }
-    }
-
-    /// Takes a token if there is one; otherwise how long until there is.
-    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
-        }
-    }
-
-    /// Full again by `now`: nothing is lost by forgetting it.
-    fn refilled(&self, now: Instant) -> bool {
-        self.tokens + now.saturating_duration_since(self.at).as_secs_f64() * self.rate >= self.burst
-    }
-}
 
 /// What a caller presents: exactly what is forwarded to Core Hub. (No Debug: it holds the raw token.)
 #[derive(Clone, PartialEq, Eq)]
@@ -187,57 +154,93 @@ pub enum Budget {
     Other,
 }
 
+/// `rate` checks a second, as many at once after a pause.
+fn quota(rate: u32, burst: u32) -> Quota {
+    let rate = NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN);
+    Quota::per_second(rate).allow_burst(NonZeroU32::new(burst).unwrap_or(rate))
+}
+
+/// How long until a limiter that refused has a check again.
+fn wait(refused: governor::NotUntil<<DefaultClock as Clock>::Instant>) -> Duration {
+    refused.wait_time_from(DefaultClock::default().now())
+}
+
 /// One budget: its rate, its checks in flight.
 struct Pool {
-    rate: Mutex<Bucket>,
+    rate: DefaultDirectRateLimiter,
     in_flight: tokio::sync::Semaphore,
 }
 
 impl Pool {
-    fn new(rate: f64, in_flight: usize) -> Pool {
+    fn new(rate: u32, in_flight: usize) -> Pool {
         Pool {
-            rate: Mutex::new(Bucket::full(rate, rate)),
+            rate: RateLimiter::direct(quota(rate, rate)),
             in_flight: tokio::sync::Semaphore::new(in_flight),
         }
     }
 }
 
-/// Rations kept per key (a client address, a claimed subject), forgotten when full again.
-struct Rations<K> {
-    rate: f64,
-    burst: f64,
-    buckets: Mutex<HashMap<K, Bucket>>,
+/// Rations kept per key (a client address, a claimed subject); a key whose ration is full again is
+/// forgotten when room is needed.
+struct Rations<K: std::hash::Hash + Eq + Clone> {
+    limiter: DefaultKeyedRateLimiter<K>,
 }
 
-impl<K: std::hash::Hash + Eq> Rations<K> {
-    fn new(rate: f64, burst: f64) -> Rations<K> {
+impl<K: std::hash::Hash + Eq + Clone> Rations<K> {
+    fn new(rate: u32, burst: u32) -> Rations<K> {
         Rations {
-            rate,
-            burst,
-            buckets: Mutex::default(),
+            limiter: RateLimiter::keyed(quota(rate, burst)),
         }
     }
 
-    fn take(&self, key: K, now: Instant) -> Result<(), Duration> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        if buckets.len() >= CAPACITY && !buckets.contains_key(&key) {
-            buckets.retain(|_, b| !b.refilled(now));
-            if buckets.len() >= CAPACITY {
-                buckets.clear();
+    fn take(&self, key: K) -> Result<(), Duration> {
+        if self.limiter.len() >= CAPACITY {
+            self.limiter.retain_recent();
+            self.limiter.shrink_to_fit();
+            if self.limiter.len() >= CAPACITY {
+                // Every key remembered has spent its ration within the last seconds: a new one waits.
+                return Err(Duration::from_secs(1));
             }
         }
-        buckets
-            .entry(key)
-            .or_insert_with(|| Bucket::full(self.rate, self.burst))
-            .take(now)
+        self.limiter.check_key(&key).map_err(wait)
+    }
+}
+
+/// How long an entry of the caller cache is kept: a refusal briefly; a caller Core Hub confirmed for a
+/// day (trusted only [`TRUSTED_FOR`] of it: after that it only picks the verified budget).
+struct Lifetime;
+
+impl moka::Expiry<u64, (Known, Instant)> for Lifetime {
+    fn expire_after_create(
+        &self,
+        _: &u64,
+        value: &(Known, Instant),
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(match value.0 {
+            Known::Caller(_) => SUBJECT_KNOWN_FOR,
+            Known::Refused => REFUSED_FOR,
+        })
+    }
+
+    fn expire_after_update(
+        &self,
+        key: &u64,
+        value: &(Known, Instant),
+        now: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        self.expire_after_create(key, value, now)
     }
 }
 
 pub struct Identities {
     keys: RandomState,
-    known: Mutex<HashMap<u64, (Known, Instant)>>,
-    /// Keyed hashes of the subjects Core Hub confirmed, and when.
-    subjects: Mutex<HashMap<u64, Instant>>,
+    /// What Core Hub said of each caller (by keyed hash), and when. Bounded: when full, the entries
+    /// used least give way (never every entry at once).
+    known: Cache<u64, (Known, Instant)>,
+    /// Keyed hashes of the subjects Core Hub confirmed within the last day.
+    subjects: Cache<u64, ()>,
     verified_pool: Pool,
     known_pool: Pool,
     new_pool: Pool,
@@ -252,8 +255,14 @@ impl Default for Identities {
     fn default() -> Self {
         Identities {
             keys: RandomState::new(),
-            known: Mutex::default(),
-            subjects: Mutex::default(),
+            known: Cache::builder()
+                .max_capacity(CAPACITY as u64)
+                .expire_after(Lifetime)
+                .build(),
+            subjects: Cache::builder()
+                .max_capacity(CAPACITY as u64)
+                .time_to_live(SUBJECT_KNOWN_FOR)
+                .build(),
             verified_pool: Pool::new(VERIFIED_CHECKS_PER_SECOND, VERIFIED_IN_FLIGHT),
             known_pool: Pool::new(KNOWN_CHECKS_PER_SECOND, KNOWN_IN_FLIGHT),
             new_pool: Pool::new(NEW_CHECKS_PER_SECOND, STRANGERS_IN_FLIGHT),
@@ -308,42 +317,22 @@ impl Identities {
 
     /// What is remembered of this caller, while it is fresh.
     pub fn remembered(&self, key: u64) -> Option<Known> {
-        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        let (k, at) = known.get(&key)?;
+        let (k, at) = self.known.get(&key)?;
         let fresh = match k {
             Known::Caller(_) => at.elapsed() < TRUSTED_FOR,
             Known::Refused => at.elapsed() < REFUSED_FOR,
         };
-        fresh.then(|| k.clone())
+        fresh.then_some(k)
     }
 
     pub fn remember(&self, key: u64, k: Known) {
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        if known.len() >= CAPACITY {
-            // Callers verified before are kept beyond their trust (they pick the known budget) while
-            // there is room; refusals go first.
-            known.retain(|_, (k, at)| match k {
-                Known::Caller(_) => at.elapsed() < SUBJECT_KNOWN_FOR,
-                Known::Refused => at.elapsed() < REFUSED_FOR,
-            });
-            if known.len() >= CAPACITY {
-                known.clear();
-            }
-        }
-        known.insert(key, (k, Instant::now()));
+        self.known.insert(key, (k, Instant::now()));
     }
 
     /// Core Hub confirmed this caller: remembered, and its subject known from now on.
     pub fn verified(&self, p: &Presented, key: u64, caller: Known) {
         if let Some(subject) = self.subject(p) {
-            let mut subjects = self.subjects.lock().unwrap_or_else(|e| e.into_inner());
-            if subjects.len() >= CAPACITY && !subjects.contains_key(&subject) {
-                subjects.retain(|_, at| at.elapsed() < SUBJECT_KNOWN_FOR);
-                if subjects.len() >= CAPACITY {
-                    subjects.clear();
-                }
-            }
-            subjects.insert(subject, Instant::now());
+            self.subjects.insert(subject, ());
         }
         self.remember(key, caller);
     }
@@ -351,20 +340,8 @@ impl Identities {
     /// The budget a check of these credentials comes from, and the subject they claim.
     pub fn budget(&self, p: &Presented, key: u64) -> (Budget, Option<u64>) {
         let subject = self.subject(p);
-        let verified_before = matches!(
-            self.known
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&key),
-            Some((Known::Caller(_), _))
-        );
-        let subject_known = subject.is_some_and(|s| {
-            self.subjects
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&s)
-                .is_some_and(|at| at.elapsed() < SUBJECT_KNOWN_FOR)
-        });
+        let verified_before = matches!(self.known.get(&key), Some((Known::Caller(_), _)));
+        let subject_known = subject.is_some_and(|s| self.subjects.contains_key(&s));
         let budget = if verified_before {
             Budget::Verified
         } else if subject_known {
@@ -385,7 +362,6 @@ impl Identities {
         key: u64,
         client: Option<std::net::IpAddr>,
     ) -> Result<tokio::sync::SemaphorePermit<'_>, Duration> {
-        let now = Instant::now();
         let (budget, subject) = self.budget(p, key);
         let pool = match budget {
             Budget::Verified => &self.verified_pool,
@@ -400,17 +376,14 @@ impl Identities {
         if budget != Budget::Verified
             && let Some(subject) = subject
         {
-            self.per_subject.take(subject, now)?;
+            self.per_subject.take(subject)?;
         }
         if budget == Budget::Other
             && let Some(addr) = client
         {
-            self.per_client.take(addr, now)?;
+            self.per_client.take(addr)?;
         }
-        pool.rate
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take(now)?;
+        pool.rate.check().map_err(wait)?;
         Ok(slot)
     }
 }
@@ -573,7 +546,7 @@ mod tests {
                 ids.take_check(&p, ids.key(&p), None).is_ok()
             })
             .count();
-        assert!(total as f64 <= CHECKS_PER_SECOND, "{total}");
+        assert!(total <= CHECKS_PER_SECOND as usize, "{total}");
     }
 
     #[test]
@@ -609,7 +582,7 @@ mod tests {
         let p = random(1000);
         let wait = ids.take_check(&p, ids.key(&p), a).unwrap_err();
         assert!(
-            wait <= Duration::from_secs_f64(1.0 / CLIENT_CHECKS_PER_SECOND),
+            wait <= Duration::from_secs_f64(1.0 / f64::from(CLIENT_CHECKS_PER_SECOND)),
             "{wait:?}"
         );
         assert!(
@@ -625,19 +598,25 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_refills_at_its_rate() {
-        let start = Instant::now();
-        let mut b = Bucket::full(10.0, 2.0);
-        assert!(b.take(start).is_ok() && b.take(start).is_ok());
-        assert!(b.take(start).is_err());
-        assert!(b.take(start + Duration::from_millis(100)).is_ok());
-        assert!(b.take(start + Duration::from_millis(100)).is_err());
-        assert!(
-            b.take(start + Duration::from_secs(10)).is_ok(),
-            "refilled, never beyond the burst"
-        );
-        assert!(b.take(start + Duration::from_secs(10)).is_ok());
-        assert!(b.take(start + Duration::from_secs(10)).is_err());
+    fn a_full_cache_keeps_the_callers_it_serves() {
+        let ids = Identities::default();
+        let manager = jwt("manager");
+        let key = ids.key(&manager);
+        ids.verified(&manager, key, caller("manager", "MANAGER"));
+        // The manager is served all along while a flood of made-up tokens is refused and remembered.
+        for i in 0..3 * CAPACITY {
+            let stranger = random(10_000 + i);
+            ids.remember(ids.key(&stranger), Known::Refused);
+            if i % 100 == 0 {
+                assert!(
+                    matches!(ids.remembered(key), Some(Known::Caller(_))),
+                    "after {i}"
+                );
+            }
+        }
+        ids.known.run_pending_tasks();
+        assert!(ids.known.entry_count() <= CAPACITY as u64);
+        assert!(matches!(ids.remembered(key), Some(Known::Caller(_))));
     }
 
     #[test]
