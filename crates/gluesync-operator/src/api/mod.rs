@@ -363,21 +363,6 @@ impl Phase {
     }
 }
 
-/// Steps of an update, in order.
-#[derive(
-    Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
-)]
-pub enum UpdateStep {
-    Preflight,
-    Snapshot,
-    Drain,
-    CoreHub,
-    CoreHubRollback,
-    Resume,
-    Modules,
-    Finish,
-}
-
 /// The update that runs.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -459,7 +444,10 @@ pub struct Outcome {
 /// The step of an update, with its own data. Serialized flat into `status.update`: `step` names it,
 /// `since` is when it began, `deadline` when it gives up (steps whose components carry their own
 /// deadlines have none).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+///
+/// Its variants' names, without their data, are [`UpdateStep`] (generated from this enum, in order).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, strum::EnumDiscriminants)]
+#[strum_discriminants(name(UpdateStep), derive(PartialOrd, Ord, Hash))]
 #[serde(tag = "step")]
 pub enum Step {
     /// Checking the request; waits for the catalog's answer until `deadline`.
@@ -482,17 +470,9 @@ pub enum Step {
 }
 
 impl Step {
+    /// Which step this is.
     pub fn name(&self) -> UpdateStep {
-        match self {
-            Step::Preflight { .. } => UpdateStep::Preflight,
-            Step::Snapshot { .. } => UpdateStep::Snapshot,
-            Step::Drain { .. } => UpdateStep::Drain,
-            Step::CoreHub { .. } => UpdateStep::CoreHub,
-            Step::CoreHubRollback { .. } => UpdateStep::CoreHubRollback,
-            Step::Resume { .. } => UpdateStep::Resume,
-            Step::Modules { .. } => UpdateStep::Modules,
-            Step::Finish { .. } => UpdateStep::Finish,
-        }
+        self.into()
     }
 
     /// When the step began.
