@@ -397,12 +397,6 @@ pub struct UpdateStatus {
     /// Pipelines taken out of maintenance mode so far.
     #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
     pub resumed_pipelines: PipelineList,
-    /// Pipelines this update asked to enter maintenance mode, each recorded before its request was sent.
-    /// A GKO that takes over asks none of them again, except once each one Core Hub still lists running
-    /// 15 s after it took over (the GKO before it may have stopped before sending). Kept during Drain
-    /// only.
-    #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
-    pub asked_pipelines: PipelineList,
     /// How the update is going to end, once that is known before the end (Refused, Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
@@ -454,8 +448,18 @@ pub enum Step {
     Preflight { since: Time, deadline: Time },
     /// Recording the image of every component.
     Snapshot { since: Time },
-    /// Putting the running pipelines into maintenance mode, until `deadline` (drainTimeoutSeconds).
-    Drain { since: Time, deadline: Time },
+    /// Putting the running pipelines into maintenance mode, until `deadline` (drainTimeoutSeconds), with
+    /// the pipelines it asked so far (`askedPipelines`, see [`ASKED_PIPELINES`]): gone with the step.
+    Drain {
+        since: Time,
+        deadline: Time,
+        #[serde(
+            rename = "askedPipelines",
+            default,
+            skip_serializing_if = "PipelineList::is_empty"
+        )]
+        asked_pipelines: PipelineList,
+    },
     /// Changing Core Hub and the agents, then their stability check, until `deadline`.
     CoreHub { since: Time, deadline: Time },
     /// Putting Core Hub back on its previous image, until `deadline`.
@@ -473,6 +477,25 @@ impl Step {
     /// Which step this is.
     pub fn name(&self) -> UpdateStep {
         self.into()
+    }
+
+    /// The pipelines Drain asked so far (none in another step).
+    pub fn asked_pipelines(&self) -> Option<&PipelineList> {
+        match self {
+            Step::Drain {
+                asked_pipelines, ..
+            } => Some(asked_pipelines),
+            _ => None,
+        }
+    }
+
+    pub fn asked_pipelines_mut(&mut self) -> Option<&mut PipelineList> {
+        match self {
+            Step::Drain {
+                asked_pipelines, ..
+            } => Some(asked_pipelines),
+            _ => None,
+        }
     }
 
     /// When the step began.
@@ -503,6 +526,12 @@ impl Step {
 }
 
 /// `status.update` is an object whose `step` names the variant; the step's fields sit beside it.
+/// What `status.update.askedPipelines` (Drain's) means.
+pub const ASKED_PIPELINES: &str = "Pipelines this update asked to enter maintenance mode, each recorded \
+    before its request was sent (Drain only). A GKO that takes over asks none of them again, except once \
+    each one Core Hub still lists running 15 s after it took over (the GKO before it may have stopped \
+    before sending).";
+
 impl JsonSchema for Step {
     fn schema_name() -> std::borrow::Cow<'static, str> {
         "Step".into()
@@ -520,6 +549,7 @@ impl JsonSchema for Step {
                 },
                 "since": {"description": "When the step began.", "type": "string", "format": "date-time"},
                 "deadline": {"description": "When the step gives up.", "type": "string", "format": "date-time"},
+                "askedPipelines": {"description": ASKED_PIPELINES, "type": "array", "items": {"type": "string"}},
             },
         })
     }

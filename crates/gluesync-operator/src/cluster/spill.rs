@@ -36,7 +36,9 @@ fn lists(status: &mut GluesyncPlatformStatus) -> Vec<(&'static str, &mut Pipelin
     }
     if let Some(u) = &mut status.update {
         out.push(("update.resumedPipelines", &mut u.resumed_pipelines));
-        out.push(("update.askedPipelines", &mut u.asked_pipelines));
+        if let Some(asked) = u.step.asked_pipelines_mut() {
+            out.push(("update.askedPipelines", asked));
+        }
     }
     if let Some(a) = &mut status.last_attempt {
         out.push(("lastAttempt.pausedPipelines", &mut a.paused_pipelines));

@@ -214,6 +214,7 @@ fn step(gsp: &GluesyncPlatform, name: UpdateStep, now: &Time) -> Step {
         UpdateStep::Drain => Step::Drain {
             since,
             deadline: after(gsp.spec.drain_timeout_seconds),
+            asked_pipelines: crate::api::PipelineList::new(),
         },
         UpdateStep::CoreHub => Step::CoreHub {
             since,

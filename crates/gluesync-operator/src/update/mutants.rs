@@ -124,7 +124,7 @@ fn position(s: Option<&GluesyncPlatformStatus>) -> Option<String> {
     let s = s?;
     if let Some(u) = &s.update {
         // Drain records the pipelines it asks before asking them: `Drain:Asked` is right after that write.
-        let asked = if u.asked_pipelines.is_empty() {
+        let asked = if u.step.asked_pipelines().is_none_or(|l| l.is_empty()) {
             ""
         } else {
             ":Asked"

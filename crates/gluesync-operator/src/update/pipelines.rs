@@ -94,7 +94,7 @@ fn drain_work(
     running: Vec<PipelineId>,
 ) -> Option<Work> {
     let mut w = work(obs, epoch, running.into(), PipelineList::new(), POLL_FAST)?;
-    w.asked = u.asked_pipelines.clone();
+    w.asked = u.step.asked_pipelines().cloned().unwrap_or_default();
     Some(w)
 }
 
@@ -157,8 +157,8 @@ pub(super) fn drain(
     let drained = running.is_empty()
         || (mutated(Mutant::PatchBeforeDrained) && list.iter().any(|p| p.is_in_maintenance_mode));
     if drained {
-        // Asked once: nothing is asked in after Drain, so the record is not kept (nor its spilled shards).
-        u.asked_pipelines.clear();
+        // Asked once: nothing is asked in after Drain, so the record goes with the step (and its spilled
+        // shards with it).
         if mutated(Mutant::DropFromLedger) && !d.status.paused_pipelines.is_empty() {
             d.status.paused_pipelines.make_mut().remove(0);
         }
@@ -212,14 +212,20 @@ pub(super) fn drain(
         d.status.paused_pipelines.extend(new);
     }
     // And in the update's own record, which a GKO taking over reads: asked once, never again.
-    let asked: BTreeSet<&str> = u.asked_pipelines.iter().map(PipelineId::as_str).collect();
+    let asked: BTreeSet<&str> = u
+        .step
+        .asked_pipelines()
+        .map(|l| l.iter().map(PipelineId::as_str).collect())
+        .unwrap_or_default();
     let first: Vec<PipelineId> = running
         .iter()
         .filter(|id| !asked.contains(id.as_str()))
         .cloned()
         .collect();
-    if !mutated(Mutant::PauseBeforeRecord) {
-        u.asked_pipelines.extend(first);
+    if !mutated(Mutant::PauseBeforeRecord)
+        && let Some(asked) = u.step.asked_pipelines_mut()
+    {
+        asked.extend(first);
     }
     d.status.message = Some(format!(
         "waiting for {} of {} pipelines to reach maintenance mode",
@@ -272,7 +278,6 @@ fn drain_timeout(
             image: to.clone(),
         });
     }
-    u.asked_pipelines.clear();
     settle_outcome(
         u,
         UpdateResult::Refused,

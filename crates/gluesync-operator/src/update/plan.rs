@@ -93,7 +93,6 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
         started_at: obs.now.clone(),
         components: vec![],
         resumed_pipelines: PipelineList::new(),
-        asked_pipelines: PipelineList::new(),
         outcome: None,
         previous_phase: previous.phase,
     };

@@ -673,7 +673,7 @@ fn a_pipeline_core_hub_lists_twice_is_recorded_and_asked_once() {
     });
     let d = world.step(&mut g, 1);
     assert_eq!(status(&g).paused_pipelines, ["a", "b"]);
-    assert_eq!(update(&g).asked_pipelines, ["a", "b"]);
+    assert_eq!(update(&g).step.asked_pipelines().unwrap(), &["a", "b"]);
     assert_eq!(d.corehub.unwrap().enter, ["a", "b"], "asked once each");
 }
 
@@ -685,7 +685,7 @@ fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
     let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 30}));
     world.step(&mut g, 1);
     world.step(&mut g, 1);
-    assert_eq!(update(&g).asked_pipelines, ["a", "b", "c"]);
+    assert_eq!(update(&g).step.asked_pipelines().unwrap(), &["a", "b", "c"]);
     assert_eq!(world.hub.enters.len(), 3, "the first GKO sent the requests");
     // A new GKO: its worker knows nothing of this epoch; the pipelines still run.
     world.hub.report = Report::default();
@@ -1130,12 +1130,22 @@ fn every_step_serializes_flat_with_its_name() {
     let step = Step::Drain {
         since: at(0),
         deadline: at(300),
+        asked_pipelines: vec![PipelineId::from("a")].into(),
     };
     let v = serde_json::to_value(&step).unwrap();
     assert_eq!(v["step"], "Drain");
     assert_eq!(v["deadline"], serde_json::to_value(at(300)).unwrap());
+    // Drain's data keeps the place it had in `status.update` (a status an earlier GKO wrote reads the
+    // same).
+    assert_eq!(v["askedPipelines"], serde_json::json!(["a"]));
     let back: Step = serde_json::from_value(v).unwrap();
     assert_eq!(back, step);
+    // Another step has no such field: a Drain's record goes with it.
+    let resume: Step = serde_json::from_value(serde_json::json!({
+        "step": "Resume", "since": at(0), "deadline": at(300), "askedPipelines": ["a"],
+    }))
+    .unwrap();
+    assert!(resume.asked_pipelines().is_none());
 }
 
 #[test]
