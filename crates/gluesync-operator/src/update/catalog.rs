@@ -144,7 +144,7 @@ pub const DEFAULT_URL: &str = "https://api.backoffice.molo17.com";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::CatalogStatus;
+    use crate::{api::CatalogStatus, update::fixtures::at};
 
     fn platform(
         spec: serde_json::Value,
@@ -161,10 +161,6 @@ mod tests {
             ..Default::default()
         });
         g
-    }
-
-    fn at(secs: i64) -> Time {
-        Time(jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap())
     }
 
     #[test]

@@ -14,6 +14,8 @@
 pub mod disaster;
 mod finish;
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod model;
 mod mutants;
 mod pipelines;

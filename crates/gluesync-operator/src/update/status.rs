@@ -330,19 +330,9 @@ mod tests {
     fn workload(name: &str, label: &str, image: &str, ready: bool) -> Workload {
         Workload {
             kind: WorkloadKind::StatefulSet,
-            name: name.into(),
-            uid: format!("{name}-uid"),
-            component_type: ComponentType::from_label(label),
-            label_value: label.into(),
-            container: Some("c".into()),
-            image: image.into(),
             ready,
-            progress_deadline_exceeded: false,
-            rollout_blocker: None,
-            self_update_mark: None,
-            template: Box::default(),
-            selector: Default::default(),
             pods: vec![],
+            ..crate::update::fixtures::workload(name, label, image)
         }
     }
 

@@ -5,81 +5,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::ObjectMeta;
 
-use super::*;
+use super::{fixtures::*, *};
 use crate::{
     api::{
-        Attempt, ComponentResultStatus, ComponentState, GluesyncPlatformSpec, HistoryEntry,
-        PipelineId, PlannedComponent, SelfUpdatePhase, UpdateStep::*,
+        Attempt, ComponentResultStatus, ComponentState, HistoryEntry, PipelineId, PlannedComponent,
+        SelfUpdatePhase, UpdateStep::*,
     },
     update::corehub::{Listing, Pipeline},
     update::observed::PodView,
 };
-
-fn at(secs: i64) -> Time {
-    Time(jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap())
-}
-
-fn platform(spec: serde_json::Value) -> GluesyncPlatform {
-    let mut g = GluesyncPlatform::new(
-        "gluesync",
-        serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap(),
-    );
-    g.metadata = ObjectMeta {
-        name: Some("gluesync".into()),
-        namespace: Some("ns".into()),
-        generation: Some(2),
-        uid: Some("uid".into()),
-        finalizers: Some(vec![FINALIZER.into()]),
-        ..Default::default()
-    };
-    g
-}
-
-fn workload(name: &str, label: &str, image: &str) -> Workload {
-    Workload {
-        kind: if name.contains("grafana") {
-            WorkloadKind::Deployment
-        } else {
-            WorkloadKind::StatefulSet
-        },
-        name: name.into(),
-        uid: format!("{name}-uid"),
-        component_type: ComponentType::from_label(label),
-        label_value: label.into(),
-        container: Some("c".into()),
-        image: image.into(),
-        ready: true,
-        progress_deadline_exceeded: false,
-        rollout_blocker: None,
-        self_update_mark: None,
-        template: Box::default(),
-        selector: Default::default(),
-        pods: vec![pod(name, image, true, 0)],
-    }
-}
-
-fn pod(workload: &str, image: &str, ready: bool, restarts: i32) -> PodView {
-    PodView {
-        name: format!("{workload}-0"),
-        uid: format!("{workload}-0-uid"),
-        image: image.into(),
-        ready,
-        waiting: None,
-        restarts,
-        dr_mark: None,
-    }
-}
-
-fn install() -> Vec<Workload> {
-    vec![
-        workload("core-hub", "core-hub", "molo17/gluesync-core-hub:2.3.2.1"),
-        workload("agent-mssql", "agent", "molo17/gluesync-mssql-cdc:2.3.2.1"),
-        workload("chronos", "module", "molo17/gluesync-chronos:0.3.2"),
-        workload("grafana", "third-party", "molo17/grafana:11.2.0"),
-    ]
-}
 
 fn catalog() -> Catalog {
     [
@@ -948,9 +883,6 @@ fn core_hub_must_stay_ready_for_the_window_and_a_warm_up_restart_does_not_count(
 }
 
 /// `at`, to the millisecond.
-fn at_ms(millis: i64) -> Time {
-    Time(jiff::Timestamp::from_millisecond(1_800_000_000_000 + millis).unwrap())
-}
 
 #[test]
 fn the_stability_window_is_never_shorter_than_asked_across_a_second_boundary() {
