@@ -13,8 +13,8 @@ mod argocd;
 use argocd::{HEALTH_LUA, argocd_health, base_lua};
 use gluesync_operator::{
     api::{
-        Attempt, ComponentType, GluesyncPlatform, GluesyncPlatformSpec, Step, UpdatePolicy,
-        UpdateResult, WorkloadKind,
+        Attempt, GluesyncPlatform, GluesyncPlatformSpec, Step, UpdatePolicy, UpdateResult,
+        WorkloadKind,
     },
     update::corehub::Report,
     update::observed::Workload,
@@ -88,19 +88,9 @@ fn platform(version: &str, generation: i64) -> GluesyncPlatform {
 fn workload(kind: WorkloadKind, name: &str, label: &str, image: &str) -> Workload {
     Workload {
         kind,
-        name: name.into(),
-        uid: format!("{name}-uid"),
-        component_type: ComponentType::from_label(label),
-        label_value: label.into(),
         container: Some("main".into()),
-        image: image.into(),
-        ready: true,
-        progress_deadline_exceeded: false,
-        rollout_blocker: None,
-        self_update_mark: None,
-        template: Box::default(),
-        selector: Default::default(),
         pods: vec![],
+        ..gluesync_operator::update::fixtures::workload(name, label, image)
     }
 }
 

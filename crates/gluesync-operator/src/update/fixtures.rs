@@ -1,5 +1,6 @@
-//! Builders of the tiny fixtures the engine's unit tests start from: times, a platform, workloads with
-//! their pods, a sample install.
+//! Builders of the tiny fixtures the engine's tests start from: times, a platform, workloads with their
+//! pods, a sample install. Built for the unit tests and, with the feature `test-hooks`, for the
+//! integration tests; never in a release build.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;

@@ -13,8 +13,8 @@
 
 pub mod disaster;
 mod finish;
-#[cfg(test)]
-mod fixtures;
+#[cfg(any(test, feature = "test-hooks"))]
+pub mod fixtures;
 #[cfg(test)]
 mod model;
 mod mutants;
