@@ -147,7 +147,7 @@ pub async fn dr_objects(view: &View, gsp: &GluesyncPlatform) -> Result<DrObjects
     };
     let secret = match view.secret(&name).await {
         Err(SecretError::NotAllowed(_)) => SecretState::NotAllowed,
-        Err(e) => SecretState::Unreadable(e.to_string()),
+        Err(SecretError::Read(_, e)) => SecretState::Unreadable(e.to_string()),
         Ok(None) => SecretState::Missing,
         Ok(Some(secret)) => {
             let has_key = secret

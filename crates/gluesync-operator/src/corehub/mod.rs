@@ -355,8 +355,10 @@ impl CoreHub {
         // megabytes) is never held at once, only a chunk and the ids parsed so far. A read that fails
         // midway is Core Hub unreachable, not a bad answer.
         use futures::TryStreamExt;
-        let body =
-            tokio_util::io::StreamReader::new(resp.bytes_stream().map_err(std::io::Error::other));
+        let body = tokio_util::io::StreamReader::new(
+            resp.bytes_stream()
+                .map_err(|e| std::io::Error::other(error_chain(&e))),
+        );
         let reader = std::io::BufReader::new(tokio_util::io::SyncIoBridge::new(body));
         let base = self.base.clone();
         tokio::task::spawn_blocking(move || {

@@ -166,6 +166,9 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             continue;
         };
         if !env.may_call() {
+            // The Lease holder asks again what it inherited; this worker, if it takes over once more,
+            // inherits afresh.
+            inherited.clear();
             tokio::select! {
                 changed = input.want.changed() => if changed.is_err() { return },
                 _ = leader.changed() => {},
