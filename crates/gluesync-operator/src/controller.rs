@@ -45,6 +45,8 @@ pub struct Context {
     /// The long pipeline lists this GKO last wrote or read.
     pub lists: spill::Known,
     clock: StepClock,
+    /// The resourceVersion of each platform that did not parse, once reported: said once per version.
+    unparsed: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Context {
@@ -59,6 +61,7 @@ impl Context {
             catalog,
             lists: spill::Known::default(),
             clock: StepClock::default(),
+            unparsed: Default::default(),
         }
     }
 }
@@ -74,7 +77,7 @@ pub async fn reconcile(
     let view = &ctx.view;
     let cached = match &cached.0 {
         Ok(gsp) => gsp,
-        Err(invalid) => return Ok(not_parsed(view, &cached, invalid).await),
+        Err(invalid) => return Ok(not_parsed(&ctx, &cached, invalid).await),
     };
     if !view.ready() || !view.pods_listed() {
         // Deciding from half-filled caches would report workloads missing that are not (or, for the
@@ -136,16 +139,30 @@ pub async fn reconcile(
     Ok(Requeue::requeue(Duration::from_millis(10)))
 }
 
-/// A GluesyncPlatform that does not parse: said once per distinct error as a Warning event (and in the
+/// A GluesyncPlatform that does not parse: said once per resourceVersion as a Warning event (and in the
 /// log); nothing is done to it, and the others are reconciled as ever. Its next change is looked at anew.
 async fn not_parsed(
-    view: &View,
+    ctx: &Context,
     guard: &DeserializeGuard<GluesyncPlatform>,
     invalid: &InvalidObject,
 ) -> Requeue {
+    let view = &ctx.view;
+    if !view.writer.leadership().is_leader() {
+        return Requeue::await_change();
+    }
+    // Every workload or pod change reconciles every platform: this version is said once.
+    let version = guard.resource_version().unwrap_or_default();
+    let said = ctx
+        .unparsed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(guard.uid().unwrap_or_default(), version.clone())
+        .is_some_and(|before| before == version);
+    if said {
+        return Requeue::await_change();
+    }
     warn!(error = %invalid.error, "the GluesyncPlatform does not parse; fix it with kubectl edit");
-    if view.writer.leadership().is_leader()
-        && let Err(e) = view
+    if let Err(e) = view
             .writer
             .event(
                 guard,
