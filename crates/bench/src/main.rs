@@ -23,7 +23,10 @@
 //!
 //! GKO runs as its release binary (`target/release/gluesync-operator`, built by `make bench`), the
 //! simulator in this process. Run with `make bench`; `gko-bench NAME...` runs only the named figures
-//! (`reaction`, `workloads`, `hang`, `overhead`, `pipelines`, `unrelated`, `conductor`).
+//! (`reaction`, `workloads`, `hang`, `overhead`, `pipelines`, `unrelated`, `conductor`); `gko-bench lease`
+//! compares GKO's elector with `kube-lease-manager` (see `lease.rs`).
+
+mod lease;
 
 use std::{
     collections::HashMap,
@@ -1220,6 +1223,10 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("conductor") {
         conductor_load(Duration::from_secs(5)).await?;
+    }
+    // Not part of `make bench`: the measure behind the README's word on why GKO keeps its own elector.
+    if which.iter().any(|w| w == "lease") {
+        lease::compare().await?;
     }
     Ok(())
 }

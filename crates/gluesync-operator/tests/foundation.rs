@@ -383,3 +383,105 @@ async fn wait_for_event(
     )
     .await
 }
+
+/// A GluesyncPlatform that the API server accepts but GKO's types do not (as when the CRD and GKO's
+/// release drift apart) is said once as a Warning event, poisons nothing, and is reconciled again once it
+/// is fixed. The API server takes `2026-12-02T10:00:00.1234567891Z` as a `date-time` (Kubernetes' format
+/// checker allows any number of fractional digits); GKO's timestamps allow nine at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_platform_that_does_not_parse_is_said_once_and_read_again_when_fixed()
+-> anyhow::Result<()> {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let ns = namespace("unparsed").await?;
+    ns.apply(SAMPLE_INSTALL)?;
+    ns.apply(SAMPLE_PLATFORM)?;
+    let gko = Operator::start(&ns);
+    wait_for_platform(&ns, "phase Current", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::Current))
+    })
+    .await?;
+
+    let attempt = |finished: &str| json!({"status": {"lastAttempt": {"result": "Succeeded", "message": "by hand", "finishedAt": finished}}});
+    platforms(&ns)
+        .patch_status(
+            "gluesync",
+            &PatchParams::default(),
+            &Patch::Merge(attempt("2026-12-02T10:00:00.1234567891Z")),
+        )
+        .await
+        .map(|_| ())
+        .or_else(|e| match e {
+            // The client's own parse of the answer fails: the fault is in place.
+            kube::Error::SerdeError(_) => Ok(()),
+            e => Err(e),
+        })?;
+    // The fault landed: the API server holds the object, and it does not parse as a GluesyncPlatform.
+    let gvk = GroupVersionKind::gvk("gluesync.molo17.com", "v1alpha1", "GluesyncPlatform");
+    let raw: Api<DynamicObject> =
+        Api::namespaced_with(ns.client.clone(), &ns.name, &ApiResource::from_gvk(&gvk));
+    let stored = raw.get("gluesync").await?;
+    assert_eq!(
+        stored.data["status"]["lastAttempt"]["finishedAt"],
+        "2026-12-02T10:00:00.1234567891Z"
+    );
+    let parsed = serde_json::from_value::<GluesyncPlatform>(serde_json::to_value(&stored)?);
+    assert!(parsed.is_err(), "the stored object parses: {parsed:?}");
+
+    let event = wait_for_event(&ns, "InvalidResource").await?;
+    let note = event.message.unwrap_or_default();
+    assert!(
+        note.starts_with("GKO cannot read this GluesyncPlatform")
+            && note.contains("changes nothing"),
+        "{note}"
+    );
+    // Workload changes reconcile every platform: the same version is not said again.
+    let sts: Api<StatefulSet> = Api::namespaced(ns.client.clone(), &ns.name);
+    for n in 0..3 {
+        sts.patch(
+            "gluesync-gluesync-chronos",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": n.to_string()}}})),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let said: Vec<Event> = Api::<Event>::namespaced(ns.client.clone(), &ns.name)
+        .list(&ListParams::default().fields("involvedObject.kind=GluesyncPlatform"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("InvalidResource"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(
+        said[0].count.unwrap_or(1),
+        1,
+        "said more than once: {said:?}"
+    );
+
+    // Fixed, it is read again: a workload change reaches status.components.
+    platforms(&ns)
+        .patch_status(
+            "gluesync",
+            &PatchParams::default(),
+            &Patch::Merge(attempt("2026-12-02T10:00:00Z")),
+        )
+        .await?;
+    sts.patch(
+        "gluesync-gluesync-chronos",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "chronos", "image": "molo17/gluesync-chronos:0.3.3"}
+        ]}}}})),
+    )
+    .await?;
+    wait_for_platform(&ns, "the new Chronos image in status.components", |g| {
+        component(g, "gluesync-gluesync-chronos")
+            .is_some_and(|c| c.image == "molo17/gluesync-chronos:0.3.3")
+    })
+    .await?;
+    assert_eq!(gko.metrics.reconcile_errors.get(), 0);
+    Ok(())
+}

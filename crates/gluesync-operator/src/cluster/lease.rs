@@ -1,8 +1,10 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease: of the GKO replicas of one namespace, one acts and
 //! the others wait.
 //!
-//! We write it ourselves because the crates that do it (`kube-leader-election`, `kube-lease-manager`)
-//! depend on kube 4 and GKO is on kube 5. It follows client-go's `leaderelection` package:
+//! We write it ourselves: `kube-lease-manager` (0.13, on kube 5) keeps saying its holder leads while it
+//! cannot renew, and its candidates wake only at the expiry they last read (`gko-bench lease` measures
+//! both; the README's "More than one GKO" has the figures). It follows client-go's `leaderelection`
+//! package:
 //!
 //! - The Lease is [`LEASE_NAME`] in GKO's namespace; the holder identity is the pod name. The
 //!   [`Durations`] are client-go's: lease 15 s, renew deadline 10 s, retry period 2 s.

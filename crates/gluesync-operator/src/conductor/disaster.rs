@@ -18,6 +18,7 @@ use axum::{
     response::Response,
 };
 use kube::ResourceExt;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -35,17 +36,40 @@ pub const SECRET_MIN: usize = 32;
 /// Longest shared secret accepted.
 pub const SECRET_MAX: usize = 4096;
 
-/// A `PUT /disaster-recovery` body.
-#[derive(Deserialize)]
+/// The longest peer address (a DNS name).
+pub const PEER_ADDRESS_MAX: usize = 253;
+/// A peer address: letters, digits, '.', '-', ':', beginning and ending with a letter or digit.
+const PEER_ADDRESS_PATTERN: &str = "^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$";
+/// The replication port when the setup names none.
+const REPLICATION_PORT: i32 = 1718;
+/// The control port when the setup names none.
+const CONTROL_PORT: i32 = 1719;
+
+/// This install as one site of a disaster-recovery pair. GKO writes sharedSecret into the Secret
+/// <platform>-disaster-recovery (which the chart creates empty: GKO creates no Secret) and the rest into
+/// spec.disasterRecovery with a new revision; then it changes Core Hub and Chronos one at a time
+/// (environment GLUESYNC_DR_*, container ports, the Secret mounted at /opt/gluesync/disaster-recovery),
+/// each through the stability check, and publishes the two ports with the Service
+/// <platform>-disaster-recovery. A workload that does not come up puts every change back (phase Failed).
+/// The secret is never logged or answered. See docs/disaster-recovery.md.
+#[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(rename = "DisasterRecoverySetup")]
 pub struct SetupRequest {
     pub role: DisasterRecoveryRole,
+    /// The host name or IP address of the other site.
+    #[schemars(length(min = 1, max = PEER_ADDRESS_MAX), pattern(PEER_ADDRESS_PATTERN))]
     pub peer_address: String,
     #[serde(default)]
+    #[schemars(range(min = 1, max = 65535), extend("default" = REPLICATION_PORT))]
     pub replication_port: Option<i32>,
     #[serde(default)]
+    #[schemars(range(min = 1, max = 65535), extend("default" = CONTROL_PORT))]
     pub control_port: Option<i32>,
+    /// The same on both sites; printable, no spaces.
+    #[schemars(length(min = SECRET_MIN, max = SECRET_MAX), extend("writeOnly" = true))]
     pub shared_secret: String,
+    /// The Service's settings (default: those in spec.disasterRecovery.service, else type LoadBalancer).
     #[serde(default)]
     pub service: Option<DisasterRecoveryService>,
 }
@@ -63,7 +87,7 @@ impl std::fmt::Debug for SetupRequest {
 }
 
 fn host_ok(host: &str) -> bool {
-    (1..=253).contains(&host.len())
+    (1..=PEER_ADDRESS_MAX).contains(&host.len())
         && host
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
@@ -111,8 +135,8 @@ pub fn parse_setup(
             "peerAddress is a host name or an IP address (letters, digits, '.', '-', ':'), 1 to 253 characters".into(),
         ));
     }
-    let replication_port = req.replication_port.unwrap_or(1718);
-    let control_port = req.control_port.unwrap_or(1719);
+    let replication_port = req.replication_port.unwrap_or(REPLICATION_PORT);
+    let control_port = req.control_port.unwrap_or(CONTROL_PORT);
     for (name, port) in [
         ("replicationPort", replication_port),
         ("controlPort", control_port),

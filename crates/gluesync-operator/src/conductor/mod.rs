@@ -11,6 +11,7 @@ mod disaster;
 #[cfg(feature = "test-hooks")]
 pub mod harness;
 mod identities;
+mod openapi;
 
 use std::{
     net::SocketAddr,
@@ -26,7 +27,8 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{
@@ -107,28 +109,96 @@ const ROLES: [&str; 5] = [
     "EXTERNAL_MODULE",
 ];
 
+/// The Conductor's envelope of an answer that succeeded.
+#[derive(Serialize, JsonSchema)]
+pub struct Success {
+    /// Always true.
+    pub success: bool,
+    /// What the route answers.
+    pub data: Value,
+}
+
+/// The Conductor's envelope of an answer that failed.
+#[derive(Serialize, JsonSchema)]
+pub struct Failure<'a> {
+    /// Always false.
+    pub success: bool,
+    /// What failed, in a few words.
+    pub error: &'a str,
+    /// Why, and what to do.
+    pub details: String,
+}
+
 /// An answer in the Conductor's error envelope.
 pub fn failure(status: StatusCode, error: &str, details: impl Into<String>) -> Response {
     (
         status,
-        Json(json!({"success": false, "error": error, "details": details.into()})),
+        Json(Failure {
+            success: false,
+            error,
+            details: details.into(),
+        }),
     )
         .into_response()
 }
 
 fn success(data: Value) -> Response {
-    Json(json!({"success": true, "data": data})).into_response()
+    Json(Success {
+        success: true,
+        data,
+    })
+    .into_response()
 }
 
-/// A parsed `POST /containers` body.
-#[derive(Debug, Deserialize, PartialEq)]
+/// The document at `GET /openapi.json`, built once.
+static OPENAPI: std::sync::LazyLock<Value> = std::sync::LazyLock::new(openapi::document);
+
+/// The most workloads one update request names.
+pub const MAX_IDS: usize = 256;
+/// The longest workload name (a Kubernetes object name).
+pub const MAX_ID_LENGTH: usize = 253;
+/// The Conductor's actions on containers that GKO does not take on Kubernetes (it answers 409).
+const REFUSED_ACTIONS: [&str; 8] = [
+    "kill",
+    "pull",
+    "remove",
+    "removeNetwork",
+    "restart",
+    "start",
+    "stop",
+    "undeploy",
+];
+
+fn action_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut actions = vec!["update"];
+    actions.extend(REFUSED_ACTIONS);
+    schemars::json_schema!({"type": "string", "enum": actions})
+}
+
+/// A `POST /containers` body.
+#[derive(Debug, Deserialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContainersRequest {
+    /// `update`; the Conductor's other actions are refused on Kubernetes.
+    #[schemars(schema_with = "action_schema")]
     pub action: String,
+    /// The workloads to update; empty: every component.
     #[serde(default)]
+    #[schemars(length(max = MAX_IDS), inner(length(min = 1, max = MAX_ID_LENGTH)))]
     pub ids: Vec<String>,
+    /// The channel whose latest version the update goes to (any case; default ga).
     #[serde(default)]
+    #[schemars(with = "Option<ReleaseChannel>")]
     pub release_channel: Option<String>,
+}
+
+/// The query of `GET /containers`.
+#[derive(Deserialize, JsonSchema)]
+pub struct ContainersFilter {
+    /// Only the containers of this component type (`all` or none: every one).
+    #[serde(rename = "type")]
+    #[schemars(extend("enum" = ["agent", "module", "core-hub", "third-party", "unknown", "all"]))]
+    pub kind: Option<String>,
 }
 
 /// What a `POST /containers` body asks for.
@@ -150,10 +220,15 @@ pub fn parse_containers_request(
     let bad = |error: &str, details: String| (StatusCode::BAD_REQUEST, error.to_string(), details);
     let req: ContainersRequest =
         serde_json::from_slice(body).map_err(|e| bad("Invalid request body", e.to_string()))?;
-    if req.ids.len() > 256 || req.ids.iter().any(|id| id.is_empty() || id.len() > 253) {
+    if req.ids.len() > MAX_IDS
+        || req
+            .ids
+            .iter()
+            .any(|id| id.is_empty() || id.len() > MAX_ID_LENGTH)
+    {
         return Err(bad(
             "Invalid ids",
-            "ids are at most 256 workload names".into(),
+            format!("ids are at most {MAX_IDS} workload names"),
         ));
     }
     let channel = match req
@@ -177,8 +252,7 @@ pub fn parse_containers_request(
             ids: req.ids,
             channel,
         }),
-        "kill" | "pull" | "remove" | "removeNetwork" | "restart" | "start" | "stop"
-        | "undeploy" => Ok(ContainersAction::Refused(req.action)),
+        action if REFUSED_ACTIONS.contains(&action) => Ok(ContainersAction::Refused(req.action)),
         other => Err(bad(
             "Invalid action",
             format!("unknown action {other:?}; GKO takes \"update\""),
@@ -565,7 +639,7 @@ async fn health() -> Response {
 }
 
 async fn openapi() -> Response {
-    Json(openapi_document()).into_response()
+    Json(OPENAPI.clone()).into_response()
 }
 
 fn container_json(w: &crate::update::observed::Workload) -> Value {
@@ -598,13 +672,7 @@ fn container_json(w: &crate::update::observed::Workload) -> Value {
 }
 
 async fn list_containers(State(api): State<Api>, req: Request) -> Response {
-    /// `GET /containers?type=...`: only the containers of that component type.
-    #[derive(serde::Deserialize)]
-    struct Filter {
-        #[serde(rename = "type")]
-        kind: Option<String>,
-    }
-    let wanted = axum::extract::Query::<Filter>::try_from_uri(req.uri())
+    let wanted = axum::extract::Query::<ContainersFilter>::try_from_uri(req.uri())
         .ok()
         .and_then(|q| q.0.kind);
     let containers: Vec<Value> = api
@@ -1254,80 +1322,6 @@ pub async fn serve(
     });
     tracing::info!(%addr, cert = %files.cert.display(), "serving the Conductor API over HTTPS");
     crate::http::listener::serve(listener, Some(config), app, limits, shutdown).await
-}
-
-/// The OpenAPI description of the routes above.
-pub fn openapi_document() -> Value {
-    let envelope_error = json!({"$ref": "#/components/schemas/Error"});
-    let ok = |desc: &str| json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Success"}}}});
-    let err = |desc: &str| json!({"description": desc, "content": {"application/json": {"schema": envelope_error.clone()}}});
-    json!({
-        "openapi": "3.0.3",
-        "info": {"title": "gluesync-operator Conductor API", "version": env!("CARGO_PKG_VERSION"),
-                 "description": "The Conductor's API as GKO serves it on Kubernetes, at the bare paths and under /conductor/api/."},
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}, "session": {"type": "apiKey", "in": "cookie", "name": "gs-auth"}},
-            "schemas": {
-                "Success": {"type": "object", "required": ["success"], "properties": {"success": {"type": "boolean"}, "data": {}}},
-                "Error": {"type": "object", "required": ["success", "error"], "properties": {"success": {"type": "boolean"}, "error": {"type": "string"}, "details": {"type": "string"}}},
-                "ContainersRequest": {"type": "object", "required": ["action"], "additionalProperties": false, "properties": {
-                    "action": {"type": "string", "enum": ["update", "kill", "pull", "remove", "removeNetwork", "restart", "start", "stop", "undeploy"]},
-                    "ids": {"type": "array", "maxItems": 256, "items": {"type": "string", "minLength": 1, "maxLength": 253}},
-                    "releaseChannel": {"type": "string", "enum": ["ga", "beta", "alpha"]}}},
-                "DisasterRecoverySetup": {"type": "object", "required": ["role", "peerAddress", "sharedSecret"], "additionalProperties": false,
-                    "description": "This install as one site of a disaster-recovery pair. GKO writes sharedSecret into the Secret <platform>-disaster-recovery (which the chart creates empty: GKO creates no Secret) and the rest into spec.disasterRecovery with a new revision; then it changes Core Hub and Chronos one at a time (environment GLUESYNC_DR_*, container ports, the Secret mounted at /opt/gluesync/disaster-recovery), each through the stability check, and publishes the two ports with the Service <platform>-disaster-recovery. A workload that does not come up puts every change back (phase Failed). The secret is never logged or answered. See docs/disaster-recovery.md.",
-                    "properties": {
-                    "role": {"type": "string", "enum": ["primary", "secondary"]},
-                    "peerAddress": {"type": "string", "minLength": 1, "maxLength": 253, "pattern": "^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$", "description": "host name or IP address of the other site"},
-                    "replicationPort": {"type": "integer", "minimum": 1, "maximum": 65535, "default": 1718},
-                    "controlPort": {"type": "integer", "minimum": 1, "maximum": 65535, "default": 1719},
-                    "sharedSecret": {"type": "string", "minLength": 32, "maxLength": 4096, "writeOnly": true, "description": "the same on both sites; printable, no spaces"},
-                    "service": {"type": "object", "description": "the Service's settings (default: those in spec.disasterRecovery.service, else type LoadBalancer)", "properties": {
-                        "type": {"type": "string", "enum": ["LoadBalancer", "NodePort", "ClusterIP"]},
-                        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-                        "loadBalancerClass": {"type": "string"},
-                        "loadBalancerSourceRanges": {"type": "array", "items": {"type": "string"}},
-                        "externalTrafficPolicy": {"type": "string", "enum": ["Cluster", "Local"]},
-                        "replicationNodePort": {"type": "integer"}, "controlNodePort": {"type": "integer"}}}}}
-            }
-        },
-        "security": [{"bearer": []}, {"session": []}],
-        "paths": {
-            "/health": {"get": {"security": [], "responses": {"200": ok("GKO answers")}}},
-            "/openapi.json": {"get": {"security": [], "responses": {"200": {"description": "this document"}}}},
-            "/containers": {
-                "get": {"parameters": [{"name": "type", "in": "query", "schema": {"type": "string", "enum": ["agent", "module", "core-hub", "third-party", "unknown", "all"]}}],
-                        "responses": {"200": ok("the managed workloads as containers"), "401": err("not authenticated"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds"), "503": err("GKO is starting, updating itself, or has no GluesyncPlatform")}},
-                "post": {"requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ContainersRequest"}}}},
-                         "responses": {"200": ok("the update ended; OK or ERROR per component"),
-                                       "202": ok("the update still runs after 15 minutes: its step and message so far"),
-                                       "400": err("a malformed request"),
-                                       "401": err("not authenticated"), "403": err("the role cannot control, or a cookie request from another origin or not JSON"),
-                                       "404": err("an unknown id"), "408": err("the body came too slowly"),
-                                       "409": err("refused: an action Helm owns, an update already running, updates managed in Git, or GKO's own Deployment"),
-                                       "413": err("the body is too large"), "429": err("too many new callers to check with Core Hub, from this client or in all; retry after Retry-After seconds"),
-                                       "502": err("the version catalog did not answer"), "503": err("GKO is starting, updating itself, or cannot write the request")}}
-            },
-            "/disaster-recovery": {
-                "get": {"description": "Super Admin only. data: wanted (spec.disasterRecovery), state (status.disasterRecovery: phase SettingUp, Active, RollingBack, Failed or TearingDown, message, components), secretName, serviceName.",
-                        "responses": {"200": ok("the setup wanted and the setup reached"), "401": err("not authenticated"), "403": err("not a Super Admin"), "503": err("GKO is starting, updating itself, or has no GluesyncPlatform")}},
-                "put": {"description": "Super Admin only. Sets this install up as a site of a pair; the controller does the work: read GET until the phase is Active or Failed.",
-                        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DisasterRecoverySetup"}}}},
-                        "responses": {"202": ok("accepted: the same data as GET"), "400": err("a malformed setup; nothing was changed"),
-                                      "401": err("not authenticated"), "403": err("not a Super Admin, or a cookie request from another origin or not JSON"),
-                                      "408": err("the body came too slowly"), "409": err("updatePolicy gitops, a disaster-recovery change in progress, the platform being deleted, the Secret not allowed, or the platform changed meanwhile; nothing was changed"),
-                                      "413": err("the body is too large"), "503": err("GKO is starting, updating itself, not the leader, or cannot write")}},
-                "delete": {"description": "Super Admin only. Takes the pair down: the workloads go back to what they were, the Service goes and the shared secret GKO wrote is taken out of the pair's Secret.",
-                        "responses": {"202": ok("accepted: the same data as GET"), "401": err("not authenticated"), "403": err("not a Super Admin, or a cookie request from another origin or not JSON"),
-                                      "404": err("no setup to take down"), "409": err("updatePolicy gitops, or the platform being deleted"), "503": err("GKO is starting, updating itself, not the leader, or cannot write")}}
-            },
-            "/services": {"post": {"responses": {"409": err("Helm owns the workloads")}}, "put": {"responses": {"409": err("Helm owns the workloads")}}},
-            "/services/{id}/version/{channel}": {"get": {"parameters": [
-                {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
-                {"name": "channel", "in": "path", "required": true, "schema": {"type": "string", "enum": ["ga", "beta", "alpha"]}}],
-                "responses": {"200": ok("currentVersion, latestVersionGA/Beta/Alpha, mandatoryUpdate, servicesToUpdate"), "401": err("not authenticated"), "404": err("an unknown id"), "429": err("too many new callers to check with Core Hub; retry after Retry-After seconds"), "502": err("the version catalog did not answer"), "503": err("GKO is starting or updating itself")}}}
-        }
-    })
 }
 
 #[cfg(test)]
