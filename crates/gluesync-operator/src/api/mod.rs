@@ -441,7 +441,7 @@ pub struct Outcome {
 ///
 /// Its variants' names, without their data, are [`UpdateStep`] (generated from this enum, in order).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, strum::EnumDiscriminants)]
-#[strum_discriminants(name(UpdateStep), derive(PartialOrd, Ord, Hash))]
+#[strum_discriminants(name(UpdateStep), derive(PartialOrd, Ord, Hash, strum::VariantNames))]
 #[serde(tag = "step")]
 pub enum Step {
     /// Checking the request; waits for the catalog's answer until `deadline`.
@@ -538,14 +538,19 @@ impl JsonSchema for Step {
     }
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        use strum::VariantNames;
+        let (last, first) = UpdateStep::VARIANTS
+            .split_last()
+            .expect("an update has steps");
+        let steps = format!("The step that runs: {} or {last}.", first.join(", "));
         schemars::json_schema!({
             "type": "object",
             "required": ["step"],
             "properties": {
                 "step": {
-                    "description": "The step that runs: Preflight, Snapshot, Drain, CoreHub, CoreHubRollback, Resume, Modules or Finish.",
+                    "description": steps,
                     "type": "string",
-                    "enum": ["Preflight", "Snapshot", "Drain", "CoreHub", "CoreHubRollback", "Resume", "Modules", "Finish"],
+                    "enum": UpdateStep::VARIANTS,
                 },
                 "since": {"description": "When the step began.", "type": "string", "format": "date-time"},
                 "deadline": {"description": "When the step gives up.", "type": "string", "format": "date-time"},
