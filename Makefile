@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench fuzz chaos crd reference model-check cluster-up cluster-down release
+.PHONY: demo test bench heap heap-write fuzz chaos crd reference model-check cluster-up cluster-down release
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -42,6 +42,15 @@ bench:
 	hack/controlplane.sh up
 	cargo build -q --release -p gluesync-operator -p gko-bench
 	target/release/gko-bench
+
+## The heap of the hot paths at 100,000 pipelines, counted by the allocator, checked against
+## crates/heap/figures.tsv (CI fails on a figure more than 10 % over it).
+heap:
+	cargo run -q --locked -p gko-heap -- --check crates/heap/figures.tsv
+
+## Write the heap figures of this build into crates/heap/figures.tsv (say why in the commit).
+heap-write:
+	cargo run -q --locked -p gko-heap -- --write crates/heap/figures.tsv
 
 ## The release binary the image copies (see Dockerfile): target/release/gluesync-operator.
 release:
