@@ -310,8 +310,9 @@ pub struct GluesyncPlatformStatus {
     /// Version catalog checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog: Option<CatalogStatus>,
-    /// The pipeline lists too long for the status (over 10,000 ids): each keeps its first 1,000 ids here,
-    /// and the complete list is in ConfigMaps owned by this GluesyncPlatform, labelled
+    /// The pipeline lists too long for the status (when the ids of all lists together pass 32 KiB, the
+    /// longest, until the rest fits): each keeps here the first ids that fit in 2 KiB, and the complete
+    /// list is in ConfigMaps owned by this GluesyncPlatform, labelled
     /// `gluesync.molo17.com/spilled-list`. By list: `pausedPipelines`, `lastAttempt.resumedPipelines`...
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub spilled_lists: BTreeMap<String, SpilledList>,

@@ -1,10 +1,11 @@
-//! Memory for very large installs. The status is GKO's memory, and an object must stay well under the
-//! API server's size limit (1.5 MiB in etcd). A pipeline list of the status holds every id while it fits
-//! comfortably (up to [`INLINE_MAX`] ids); beyond that, the complete list goes to ConfigMaps owned by the
-//! GluesyncPlatform (shards of [`SHARD`] ids), written before the status that names them, and the status
-//! keeps the first [`SHOWN`] ids with the count and a digest in `status.spilledLists`. The engine never
-//! sees the difference: [`Known::join`] puts the complete lists back when the status is read (remembered,
-//! or read from the ConfigMaps), [`split`] takes them out again before it is written.
+//! Memory for very large installs. The status is GKO's memory, and every status write sends the whole
+//! object to every watcher: it stays small at every pipeline count. The pipeline lists of the status hold
+//! every id while all of them together fit in [`INLINE_BYTES`] (as JSON); beyond that, the longest lists
+//! go, one after the other until the rest fits, to ConfigMaps owned by the GluesyncPlatform (shards of
+//! [`SHARD`] ids), written before the status that names them, and such a list keeps in the status the
+//! first ids that fit in [`SHOWN_BYTES`], with the count and a digest in `status.spilledLists`. The
+//! engine never sees the difference: [`Known::join`] puts the complete lists back when the status is read
+//! (remembered, or read from the ConfigMaps), [`split`] takes them out again before it is written.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,10 +16,11 @@ use crate::api::{
     GluesyncPlatform, GluesyncPlatformStatus, PipelineId, PipelineList, SpilledList, ids::digest,
 };
 
-/// Longest list kept whole in the status.
-pub const INLINE_MAX: usize = 10_000;
-/// Ids a spilled list still shows in the status.
-pub const SHOWN: usize = 1_000;
+/// Most bytes the ids of the status's pipeline lists take together, as JSON (an id with its quotes and
+/// comma), for the lists to stay whole in the status.
+pub const INLINE_BYTES: usize = 32 * 1024;
+/// Most bytes of ids a spilled list still shows in the status.
+pub const SHOWN_BYTES: usize = 2 * 1024;
 /// Ids per ConfigMap (each well under the 1 MiB ConfigMap limit).
 pub const SHARD: usize = 20_000;
 /// Label on the ConfigMaps that hold spilled lists; its value is the GluesyncPlatform's name.
@@ -88,15 +90,42 @@ pub struct Split {
     pub configmaps: Vec<ConfigMap>,
 }
 
+/// The bytes an id takes in a JSON list: itself, its quotes and a comma.
+fn json_bytes(id: &PipelineId) -> usize {
+    id.len() + 3
+}
+
+/// Which lists (by their place in [`lists`]) go to ConfigMaps: none when all fit in [`INLINE_BYTES`]
+/// together, else the longest (in bytes; the first on a tie), one after the other, until the rest fits.
+fn to_spill(full: &mut GluesyncPlatformStatus) -> BTreeSet<usize> {
+    let mut sizes: Vec<(usize, usize)> = lists(full)
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ids))| (i, ids.iter().map(json_bytes).sum()))
+        .collect();
+    let mut inline: usize = sizes.iter().map(|(_, bytes)| bytes).sum();
+    sizes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut spilling = BTreeSet::new();
+    for (i, bytes) in sizes {
+        if inline <= INLINE_BYTES {
+            break;
+        }
+        inline -= bytes;
+        spilling.insert(i);
+    }
+    spilling
+}
+
 /// Takes the long lists out of a complete status. (`full` is only borrowed mutably so that its long lists
 /// are not copied whole: they are set aside while the rest is cloned, and put back.)
 pub fn split(gsp: &GluesyncPlatform, full: &mut GluesyncPlatformStatus) -> Split {
     let name = gsp.name_any();
     let owner = gsp.controller_owner_ref(&());
+    let spilling = to_spill(full);
     let long: Vec<(usize, PipelineList)> = lists(full)
         .into_iter()
         .enumerate()
-        .filter(|(_, (_, ids))| ids.len() > INLINE_MAX)
+        .filter(|(i, _)| spilling.contains(i))
         .map(|(i, (_, ids))| (i, std::mem::take(ids)))
         .collect();
     let mut status = full.clone();
@@ -133,7 +162,17 @@ pub fn split(gsp: &GluesyncPlatform, full: &mut GluesyncPlatformStatus) -> Split
                 config_maps: ids.len().div_ceil(SHARD) as i64,
             },
         );
-        *shown = ids[..SHOWN].iter().cloned().collect();
+        let mut left = SHOWN_BYTES;
+        *shown = ids
+            .iter()
+            .take_while(|id| {
+                let bytes = json_bytes(id);
+                let fits = bytes <= left;
+                left = left.saturating_sub(bytes);
+                fits
+            })
+            .cloned()
+            .collect();
         *lists(full).swap_remove(i).1 = ids;
     }
     status.spilled_lists = spilled;
@@ -340,13 +379,92 @@ mod tests {
 
     #[test]
     fn short_lists_stay_whole_in_the_status() {
+        // "pipeline-000000" takes 18 bytes in a JSON list: 1,820 of them fit, with the last attempt's 20.
+        let fit = INLINE_BYTES / 18;
         let mut status = GluesyncPlatformStatus {
-            paused_pipelines: ids(INLINE_MAX).into(),
+            paused_pipelines: ids(fit - 20).into(),
+            last_attempt: Some(attempt(ids(10))),
             ..Default::default()
         };
         let s = split(&gsp(), &mut status);
         assert!(s.configmaps.is_empty());
         assert_eq!(s.status, status);
+        // One more id, and the longest list goes.
+        status.paused_pipelines = ids(fit - 19).into();
+        let s = split(&gsp(), &mut status);
+        assert_eq!(
+            s.status.spilled_lists.keys().collect::<Vec<_>>(),
+            ["pausedPipelines"]
+        );
+        assert_eq!(
+            s.status
+                .last_attempt
+                .as_ref()
+                .unwrap()
+                .paused_pipelines
+                .len(),
+            10,
+            "the short list stays whole"
+        );
+    }
+
+    fn attempt(paused: Vec<String>) -> crate::api::Attempt {
+        crate::api::Attempt {
+            target: Some("2.3.2.2".into()),
+            request_id: None,
+            requested_by: None,
+            generation: Some(2),
+            result: crate::api::UpdateResult::Succeeded,
+            message: "done".into(),
+            started_at: None,
+            finished_at: Time(jiff::Timestamp::UNIX_EPOCH),
+            results: vec![],
+            paused_pipelines: paused.clone().into(),
+            resumed_pipelines: paused.into(),
+        }
+    }
+
+    /// Whatever the count of pipelines and however long their ids, the lists take at most
+    /// `INLINE_BYTES` and `SHOWN_BYTES` a list: the status stays well under 64 KiB.
+    #[test]
+    fn the_status_stays_small_at_every_count() {
+        for long_ids in [false, true] {
+            for n in [
+                0, 1, 100, 1_000, 1_820, 1_821, 2_500, 10_000, 30_000, 100_000,
+            ] {
+                let some = |n: usize| -> Vec<String> {
+                    ids(n)
+                        .into_iter()
+                        .map(|id| {
+                            if long_ids {
+                                format!("{id}-0b8a-4c1e-9f6d-1a2b3c")
+                            } else {
+                                id
+                            }
+                        })
+                        .collect()
+                };
+                let mut full = GluesyncPlatformStatus {
+                    paused_pipelines: some(n).into(),
+                    late_maintenance: Some(LateMaintenance {
+                        pipelines: some(n).into(),
+                        until: Time(jiff::Timestamp::UNIX_EPOCH),
+                    }),
+                    last_attempt: Some(attempt(some(n))),
+                    ..Default::default()
+                };
+                let s = split(&gsp(), &mut full);
+                let stored = serde_json::to_vec(&s.status).unwrap().len();
+                assert!(
+                    stored <= INLINE_BYTES + 4 * SHOWN_BYTES + 2048,
+                    "{n} ids (long: {long_ids}): {stored} bytes"
+                );
+                let mut back = s.status.clone();
+                let refs: Vec<&ConfigMap> = s.configmaps.iter().collect();
+                Known::default().join(&gsp(), &mut back, &refs).unwrap();
+                assert_eq!(back, full, "{n} ids come back whole");
+            }
+        }
     }
 
     #[test]
@@ -360,7 +478,14 @@ mod tests {
             ..Default::default()
         };
         let s = split(&gsp(), &mut full);
-        assert_eq!(s.status.paused_pipelines.len(), SHOWN);
+        let shown = &s.status.paused_pipelines;
+        assert!(!shown.is_empty());
+        assert!(shown.iter().map(json_bytes).sum::<usize>() <= SHOWN_BYTES);
+        assert_eq!(
+            shown[..],
+            full.paused_pipelines[..shown.len()],
+            "the first ids"
+        );
         assert_eq!(s.status.spilled_lists["pausedPipelines"].count, 100_000);
         assert_eq!(s.configmaps.len(), 5 + 3);
         // The status as stored is small: well under the API server's limit.
