@@ -34,6 +34,26 @@ fn condition(g: &GluesyncPlatform, type_: &str) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
+/// Someone changes Chronos' image to 0.3.3: status.components follows from the watch.
+async fn chronos_to_0_3_3_is_reported(ns: &gko_test_support::TestNamespace) -> anyhow::Result<()> {
+    let sts: Api<StatefulSet> = Api::namespaced(ns.client.clone(), &ns.name);
+    sts.patch(
+        "gluesync-gluesync-chronos",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "chronos", "image": "molo17/gluesync-chronos:0.3.3"}
+        ]}}}})),
+    )
+    .await?;
+    wait_for_platform(ns, "the new Chronos image in status.components", |g| {
+        component(g, "gluesync-gluesync-chronos").is_some_and(|c| {
+            c.image == "molo17/gluesync-chronos:0.3.3" && c.version.as_deref() == Some("0.3.3")
+        })
+    })
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sample_install_is_reported_as_it_runs() -> anyhow::Result<()> {
     let ns = namespace("sample").await?;
@@ -130,22 +150,8 @@ async fn a_sample_install_is_reported_as_it_runs() -> anyhow::Result<()> {
     assert_eq!(row.len(), 5, "{table}");
 
     // Someone changes a workload's image: status.components follows from the watch.
-    let sts: Api<StatefulSet> = Api::namespaced(ns.client.clone(), &ns.name);
     let changed = Instant::now();
-    sts.patch(
-        "gluesync-gluesync-chronos",
-        &PatchParams::default(),
-        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
-            {"name": "chronos", "image": "molo17/gluesync-chronos:0.3.3"}
-        ]}}}})),
-    )
-    .await?;
-    wait_for_platform(&ns, "the new Chronos image in status.components", |g| {
-        component(g, "gluesync-gluesync-chronos").is_some_and(|c| {
-            c.image == "molo17/gluesync-chronos:0.3.3" && c.version.as_deref() == Some("0.3.3")
-        })
-    })
-    .await?;
+    chronos_to_0_3_3_is_reported(&ns).await?;
     println!(
         "image change reflected in status.components after {:?}",
         changed.elapsed()
@@ -469,19 +475,7 @@ async fn a_platform_that_does_not_parse_is_said_once_and_read_again_when_fixed()
             &Patch::Merge(attempt("2026-12-02T10:00:00Z")),
         )
         .await?;
-    sts.patch(
-        "gluesync-gluesync-chronos",
-        &PatchParams::default(),
-        &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
-            {"name": "chronos", "image": "molo17/gluesync-chronos:0.3.3"}
-        ]}}}})),
-    )
-    .await?;
-    wait_for_platform(&ns, "the new Chronos image in status.components", |g| {
-        component(g, "gluesync-gluesync-chronos")
-            .is_some_and(|c| c.image == "molo17/gluesync-chronos:0.3.3")
-    })
-    .await?;
+    chronos_to_0_3_3_is_reported(&ns).await?;
     assert_eq!(gko.metrics.reconcile_errors.get(), 0);
     Ok(())
 }
