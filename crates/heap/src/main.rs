@@ -99,8 +99,8 @@ struct Figures {
     allocations: u64,
 }
 
-/// Counts a path that may run in several pieces ([`Meter::count`]), with the world's work between them
-/// not counted.
+/// What a path allocated, over the pieces it runs in ([`count`]), the world's work between them not
+/// counted.
 struct Meter {
     base: usize,
     figures: Cell<Figures>,
@@ -114,26 +114,34 @@ impl Meter {
         }
     }
 
-    fn count<R>(&self, f: impl FnOnce() -> R) -> R {
-        PEAK.store(LIVE.load(Relaxed), Relaxed);
-        TOTAL.store(0, Relaxed);
-        COUNT.store(0, Relaxed);
-        ON.store(true, Relaxed);
-        let r = f();
-        ON.store(false, Relaxed);
+    /// Adds what one run of the path allocated, at its peak above this meter's base.
+    fn add(&self, peak: usize, total: u64, allocations: u64) {
         let mut fig = self.figures.get();
-        fig.peak = fig
-            .peak
-            .max(PEAK.load(Relaxed).saturating_sub(self.base) as u64);
-        fig.total += TOTAL.load(Relaxed);
-        fig.allocations += COUNT.load(Relaxed);
+        fig.peak = fig.peak.max(peak.saturating_sub(self.base) as u64);
+        fig.total += total;
+        fig.allocations += allocations;
         self.figures.set(fig);
-        r
     }
 
     fn figures(&self) -> Figures {
         self.figures.get()
     }
+}
+
+/// Runs `f` once with the count on, and adds what it allocated to each of `meters` (a piece of a path
+/// may belong to several: the drain's decisions are also the update's).
+fn count<R>(meters: &[&Meter], f: impl FnOnce() -> R) -> R {
+    PEAK.store(LIVE.load(Relaxed), Relaxed);
+    TOTAL.store(0, Relaxed);
+    COUNT.store(0, Relaxed);
+    ON.store(true, Relaxed);
+    let r = f();
+    ON.store(false, Relaxed);
+    let (peak, total, allocations) = (PEAK.load(Relaxed), TOTAL.load(Relaxed), COUNT.load(Relaxed));
+    for m in meters {
+        m.add(peak, total, allocations);
+    }
+    r
 }
 
 const PIPELINES: usize = 100_000;
@@ -192,7 +200,7 @@ fn update() -> anyhow::Result<(Figures, Figures, Figures, GluesyncPlatform)> {
             bail!("the drain did not end: {:?}", step_of(&g));
         }
         let t = at(now);
-        let d = whole.count(|| drain.count(|| world.decide(&g, &t)));
+        let d = count(&[&whole, &drain], || world.decide(&g, &t));
         world.carry_out(&mut g, &d, t);
         now += 1;
         if step_of(&g) == Some(UpdateStep::CoreHub) {
@@ -216,9 +224,9 @@ fn update() -> anyhow::Result<(Figures, Figures, Figures, GluesyncPlatform)> {
         world.roll_out(&g, &names);
         let t = at(now);
         let d = if step_of(&g) == Some(UpdateStep::Resume) {
-            whole.count(|| resume.count(|| world.decide(&g, &t)))
+            count(&[&whole, &resume], || world.decide(&g, &t))
         } else {
-            whole.count(|| world.decide(&g, &t))
+            count(&[&whole], || world.decide(&g, &t))
         };
         world.carry_out(&mut g, &d, t);
         now += 1;
@@ -243,7 +251,7 @@ fn update() -> anyhow::Result<(Figures, Figures, Figures, GluesyncPlatform)> {
 fn measure() -> anyhow::Result<Vec<(&'static str, Figures)>> {
     let body = listing_body();
     let listing = Meter::start();
-    let parsed = listing.count(|| parse_pipelines(&body))?;
+    let parsed = count(&[&listing], || parse_pipelines(&body))?;
     if parsed.len() != PIPELINES {
         bail!("the listing parsed into {} pipelines", parsed.len());
     }
@@ -254,7 +262,7 @@ fn measure() -> anyhow::Result<Vec<(&'static str, Figures)>> {
 
     let mut status = drained.status.clone().context("a status")?;
     let split = Meter::start();
-    let parts = split.count(|| spill::split(&drained, &mut status));
+    let parts = count(&[&split], || spill::split(&drained, &mut status));
     if parts.configmaps.is_empty() {
         bail!("the status at the end of the drain spilled no list");
     }
