@@ -91,6 +91,12 @@ impl Gko {
             }
             None => Command::new(&binary),
         };
+        // GKO's log at info, to a file, for whoever looks into where a figure's time goes.
+        let log = std::env::var("GKO_BENCH_LOG").ok();
+        let stdout = match &log {
+            Some(path) => Stdio::from(std::fs::File::create(path)?),
+            None => Stdio::null(),
+        };
         let child = command
             .args([
                 "run",
@@ -102,10 +108,17 @@ impl Gko {
                 conductor,
             ])
             .env("KUBECONFIG", &ns.cp.kubeconfig)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                if log.is_some() {
+                    "info,kube=warn"
+                } else {
+                    "warn"
+                },
+            )
             .env("GKO_ALLOWED_SECRETS", "corehub-credentials")
             .env("GKO_ALLOWED_COREHUB_URLS", "http://127.0.0.1:*")
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .spawn()?;
         Ok(Gko {
             child,
@@ -164,6 +177,19 @@ impl Gko {
             .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0.0))
+    }
+
+    /// Every sample of GKO's /metrics, by its name with labels.
+    async fn samples(&self) -> anyhow::Result<HashMap<String, f64>> {
+        let text = reqwest::get(&self.metrics_url).await?.text().await?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (name, value) = l.rsplit_once(' ')?;
+                Some((name.to_string(), value.trim().parse().ok()?))
+            })
+            .collect())
     }
 
     /// The sum of one step's durations, from GKO's /metrics.
@@ -643,7 +669,189 @@ async fn rollout_without_gko(ns: &TestNamespace, image: &str) -> anyhow::Result<
     }
 }
 
-/// A whole update with 20 pipelines, window 0: GKO's time beyond the rollout's own.
+/// What GKO sent and did in one update: the difference of its counters over the update.
+#[derive(Default)]
+struct Tally {
+    status_writes: f64,
+    events: f64,
+    workload_writes: f64,
+    reconciles: f64,
+    /// Requests to the API server by verb, watches left out.
+    requests: Vec<(String, f64)>,
+    /// Bytes of the request bodies sent to the API server.
+    bytes: f64,
+    /// Seconds in each step, in the order of the update.
+    steps: Vec<(String, f64)>,
+}
+
+/// The steps of an update in their order, as the step-duration metric names them.
+const STEPS: [&str; 8] = [
+    "Preflight",
+    "Snapshot",
+    "Drain",
+    "CoreHub",
+    "CoreHubRollback",
+    "Resume",
+    "Modules",
+    "Finish",
+];
+
+impl Tally {
+    fn between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> Tally {
+        let delta = |name: &str| {
+            after.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0)
+        };
+        let prefix = "gluesync_operator_";
+        let mut requests: Vec<(String, f64)> = after
+            .keys()
+            .filter_map(|k| {
+                let verb = k
+                    .strip_prefix("gluesync_operator_kubernetes_requests_total{verb=\"")?
+                    .strip_suffix("\"}")?;
+                (verb != "watch").then(|| (verb.to_string(), delta(k)))
+            })
+            .filter(|(_, n)| *n > 0.0)
+            .collect();
+        requests.sort_by(|a, b| a.0.cmp(&b.0));
+        let bytes = after
+            .keys()
+            .filter(|k| k.starts_with("gluesync_operator_kubernetes_request_bytes_total{"))
+            .map(|k| delta(k))
+            .sum();
+        let steps = STEPS
+            .iter()
+            .map(|s| {
+                let key = format!("{prefix}update_step_duration_seconds_sum{{step=\"{s}\"}}");
+                (s.to_string(), delta(&key))
+            })
+            .filter(|(_, t)| *t > 0.0)
+            .collect();
+        Tally {
+            status_writes: delta(&format!("{prefix}status_writes_total")),
+            events: delta(&format!("{prefix}events_total")),
+            workload_writes: delta(&format!("{prefix}workload_writes_total")),
+            reconciles: delta(&format!("{prefix}reconciles_total")),
+            requests,
+            bytes,
+            steps,
+        }
+    }
+
+    fn requests(&self) -> f64 {
+        self.requests.iter().map(|(_, n)| n).sum()
+    }
+
+    /// The median of each figure over the runs, per step too.
+    fn median(tallies: &[Tally]) -> Tally {
+        let med = |f: &dyn Fn(&Tally) -> f64| {
+            let mut v: Vec<f64> = tallies.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            percentile(&v, 0.5)
+        };
+        let mut verbs: Vec<String> = tallies
+            .iter()
+            .flat_map(|t| t.requests.iter().map(|(v, _)| v.clone()))
+            .collect();
+        verbs.sort();
+        verbs.dedup();
+        let of = |list: &[(String, f64)], name: &str| {
+            list.iter()
+                .find(|(n, _)| n == name)
+                .map_or(0.0, |(_, x)| *x)
+        };
+        Tally {
+            status_writes: med(&|t| t.status_writes),
+            events: med(&|t| t.events),
+            workload_writes: med(&|t| t.workload_writes),
+            reconciles: med(&|t| t.reconciles),
+            requests: verbs
+                .iter()
+                .map(|v| (v.clone(), med(&|t| of(&t.requests, v))))
+                .collect(),
+            bytes: med(&|t| t.bytes),
+            steps: STEPS
+                .iter()
+                .map(|s| (s.to_string(), med(&|t| of(&t.steps, s))))
+                .filter(|(_, x)| *x > 0.0)
+                .collect(),
+        }
+    }
+
+    fn print(&self, indent: &str, whole: f64) {
+        let verbs: Vec<String> = self
+            .requests
+            .iter()
+            .map(|(v, n)| format!("{n:.0} {v}"))
+            .collect();
+        println!(
+            "{indent}per update (median): {:.0} status writes, {:.0} workload writes, {:.0} events, {:.0} reconciles; {:.0} API requests ({}), {:.1} KiB sent",
+            self.status_writes,
+            self.workload_writes,
+            self.events,
+            self.reconciles,
+            self.requests(),
+            verbs.join(", "),
+            self.bytes / 1024.0
+        );
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(s, t)| format!("{s} {:.0} ms", t * 1000.0))
+            .collect();
+        let in_steps: f64 = self.steps.iter().map(|(_, t)| t).sum();
+        println!(
+            "{indent}time by step (median): {}; outside the steps (the change seen, the end seen): {:.0} ms",
+            steps.join(", "),
+            (whole - in_steps) * 1000.0
+        );
+    }
+}
+
+/// One status write of the platform as an update leaves it, two ways: a server-side apply under GKO's
+/// field manager with the resourceVersion (what GKO sends), and a replace of the status subresource.
+async fn status_write_kinds(api: &Api<GluesyncPlatform>) -> anyhow::Result<()> {
+    let mut gsp = api.get("gluesync").await?;
+    let (mut applied, mut replaced) = (vec![], vec![]);
+    for i in 0..30 {
+        let mut status = gsp.status.clone().unwrap_or_default();
+        status.message = Some(format!("bench write {i}"));
+        let patch = json!({
+            "apiVersion": "gluesync.molo17.com/v1alpha1",
+            "kind": "GluesyncPlatform",
+            "metadata": {"resourceVersion": gsp.resource_version()},
+            "status": status,
+        });
+        let start = Instant::now();
+        gsp = api
+            .patch_status(
+                "gluesync",
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        applied.push(start.elapsed().as_secs_f64());
+        let mut next = gsp.clone();
+        if let Some(s) = next.status.as_mut() {
+            s.message = Some(format!("bench replace {i}"));
+        }
+        let start = Instant::now();
+        gsp = api
+            .replace_status("gluesync", &Default::default(), &next)
+            .await?;
+        replaced.push(start.elapsed().as_secs_f64());
+    }
+    applied.sort_by(f64::total_cmp);
+    replaced.sort_by(f64::total_cmp);
+    println!(
+        "  one status write (30 each): server-side apply median {:.1} ms, replace median {:.1} ms",
+        percentile(&applied, 0.5) * 1000.0,
+        percentile(&replaced, 0.5) * 1000.0
+    );
+    Ok(())
+}
+
+/// A whole update with 20 pipelines, window 0: GKO's time beyond the rollout's own, what it wrote and
+/// asked, and where the time went.
 async fn overhead(runs: usize) -> anyhow::Result<()> {
     let sim = Simulator::start(Options::default()).await?;
     sim.add_pipelines("p", 20);
@@ -652,14 +860,23 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
     let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
     wait_for(&api, "phase Current", current).await?;
     let mut totals = vec![];
+    let mut tallies = vec![];
+    let mut corehub_calls = vec![];
     for i in 0..runs {
         let version = if i % 2 == 0 { "2.3.2.2" } else { "2.3.2.1" };
+        let before = gko.samples().await?;
+        let calls = sim.calls().by_agent.values().sum::<u64>();
         let start = Instant::now();
         let generation = set_version(&api, version).await?;
         wait_for(&api, "the update", finished(generation)).await?;
         totals.push(start.elapsed().as_secs_f64());
+        corehub_calls.push((sim.calls().by_agent.values().sum::<u64>() - calls) as f64);
+        // The last writes of the update (its events) land just after the status says it finished.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tallies.push(Tally::between(&before, &gko.samples().await?));
     }
     drop(gko);
+    status_write_kinds(&api).await?;
     // The same rollouts with nobody but the API server and kwok.
     let mut rollouts = vec![];
     for i in 0..runs {
@@ -669,12 +886,18 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
     }
     totals.sort_by(f64::total_cmp);
     rollouts.sort_by(f64::total_cmp);
+    corehub_calls.sort_by(f64::total_cmp);
     let (t, r) = (percentile(&totals, 0.5), percentile(&rollouts, 0.5));
     println!(
         "whole update (20 pipelines, window 0, {runs} runs): median {:.0} ms; the same rollout without GKO: median {:.0} ms; GKO's overhead: {:.0} ms",
         t * 1000.0,
         r * 1000.0,
         (t - r) * 1000.0
+    );
+    Tally::median(&tallies).print("  ", t);
+    println!(
+        "  Core Hub requests per update (median): {:.0}",
+        percentile(&corehub_calls, 0.5)
     );
     Ok(())
 }

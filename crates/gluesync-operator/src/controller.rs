@@ -3,7 +3,10 @@
 //! out its actions on the committed platform → hand the background work its new wants and record its
 //! events. Only the Lease holder reconciles.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use kube::{
     ResourceExt,
@@ -13,7 +16,7 @@ use kube::{
 use tracing::{instrument, warn};
 
 use crate::{
-    api::{GluesyncPlatform, Reason},
+    api::{GluesyncPlatform, GluesyncPlatformStatus, Reason},
     background::Tasks,
     cluster::{
         commit::{self, CommitError, StepClock},
@@ -45,6 +48,10 @@ pub struct Context {
     /// The long pipeline lists this GKO last wrote or read.
     pub lists: spill::Known,
     clock: StepClock,
+    /// A waiting update's status not written yet, by platform (see [`reconcile`]).
+    held: std::sync::Mutex<std::collections::HashMap<String, Held>>,
+    /// The resourceVersion of each platform as this GKO last wrote it: a cache that holds it needs no read.
+    written: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// The resourceVersion of each platform that did not parse, once reported: said once per version.
     unparsed: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
@@ -61,9 +68,28 @@ impl Context {
             catalog,
             lists: spill::Known::default(),
             clock: StepClock::default(),
+            written: Default::default(),
+            held: Default::default(),
             unparsed: Default::default(),
         }
     }
+}
+
+impl Context {
+    fn written_version(&self, uid: &str) -> Option<String> {
+        lock(&self.written).get(uid).cloned()
+    }
+
+    /// Remembers the platform's resourceVersion as this GKO wrote it (or read it back).
+    fn wrote(&self, gsp: &GluesyncPlatform) {
+        if let (Some(uid), Some(version)) = (gsp.uid(), gsp.resource_version()) {
+            lock(&self.written).insert(uid, version);
+        }
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// How many steps one reconcile may take in a row before it lets others run.
@@ -89,18 +115,46 @@ pub async fn reconcile(
         return Ok(Requeue::await_change());
     }
     view.metrics.reconciles.inc();
-    let Some(mut gsp) = observe::platform(view, &ctx.lists, cached)
+    let uid = cached.uid().unwrap_or_default();
+    let written = ctx.written_version(&uid);
+    let Some(mut gsp) = observe::platform(view, &ctx.lists, cached, written.as_deref())
         .await
         .map_err(Error::Read)?
     else {
         return Ok(Requeue::requeue(Duration::from_secs(1)));
     };
-    let uid = gsp.uid().unwrap_or_default();
     // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
     let mut dr = observe::dr_objects(view, &gsp).await.map_err(Error::Read)?;
-    for _ in 0..STEPS_PER_RECONCILE {
-        // A workload may have appeared during the last step's writes, its pods not yet watched.
+    // A decision that acts on nothing and asks Core Hub to pause nothing need not be written at once (a
+    // crash before its write loses nothing): one that moves the step on is taken further in memory, and
+    // while an update runs, one that waits is held for up to `UNWRITTEN_MS` in case what it waits for
+    // comes at once. The first decision that acts, or a wait held that long, writes them all together
+    // with their events. `written` is the status the API server holds when `gsp` holds one not written.
+    let mut unwritten = Unwritten::default();
+    if let Some(held) = lock(&ctx.held).remove(&uid)
+        && gsp.resource_version().as_ref() == Some(&held.base)
+    {
+        unwritten = Unwritten {
+            written: Some(gsp.status.replace(held.status)),
+            events: held.events,
+            since: Some(held.since),
+        };
+    }
+    for i in 0..STEPS_PER_RECONCILE {
+        // A workload may have appeared during the last step's writes, its pods not yet watched: what
+        // was decided so far is written, and the rest waits for the pods.
         if !view.pods_listed() {
+            if let Some(before) = unwritten.written.take() {
+                let status = std::mem::replace(&mut gsp.status, before).unwrap_or_default();
+                let committed =
+                    match commit::commit(view, &ctx.lists, &ctx.clock, gsp, status).await {
+                        Ok(c) => c,
+                        Err(CommitError::NotLeader) => return Ok(Requeue::await_change()),
+                        Err(e) => return Err(e.into()),
+                    };
+                committed.record(view, unwritten.events);
+                ctx.wrote(committed.platform());
+            }
             return Ok(Requeue::requeue(Duration::from_millis(50)));
         }
         let snapshot = Snapshot::take(
@@ -110,7 +164,43 @@ pub async fn reconcile(
             ctx.catalog.report(&uid),
             &dr,
         );
-        let decision = update::decide(&gsp, &snapshot.observed());
+        let mut decision = update::decide(&gsp, &snapshot.observed());
+        if passes_through(&decision) {
+            let moves_on = decision.again && i + 1 < STEPS_PER_RECONCILE;
+            let changed =
+                unwritten.written.is_some() || gsp.status.as_ref() != Some(&decision.status);
+            let since = *unwritten.since.get_or_insert_with(Instant::now);
+            let left = UNWRITTEN.saturating_sub(since.elapsed());
+            let holds =
+                !decision.again && changed && decision.status.update.is_some() && !left.is_zero();
+            if moves_on || holds {
+                ctx.clock
+                    .observe(view, &uid, gsp.status.as_ref(), &decision.status);
+                ctx.corehub.want(&gsp, decision.corehub);
+                ctx.catalog.want(&gsp, decision.catalog);
+                unwritten.events.append(&mut decision.events);
+                let before = gsp.status.replace(decision.status);
+                unwritten.written.get_or_insert(before);
+                if moves_on {
+                    continue;
+                }
+                lock(&ctx.held).insert(
+                    uid.clone(),
+                    Held {
+                        base: gsp.resource_version().unwrap_or_default(),
+                        status: gsp.status.take().unwrap_or_default(),
+                        events: unwritten.events,
+                        since,
+                    },
+                );
+                let after = decision.requeue.map_or(left, |r| r.min(left));
+                return Ok(Requeue::requeue(after));
+            }
+        }
+        if let Some(before) = unwritten.written.take() {
+            gsp.status = before;
+        }
+        unwritten.since = None;
         let mut committed =
             match commit::commit(view, &ctx.lists, &ctx.clock, gsp, decision.status).await {
                 Ok(c) => c,
@@ -125,8 +215,10 @@ pub async fn reconcile(
         }
         ctx.corehub.want(committed.platform(), decision.corehub);
         ctx.catalog.want(committed.platform(), decision.catalog);
-        committed.record(view, decision.events).await;
+        unwritten.events.append(&mut decision.events);
+        committed.record(view, std::mem::take(&mut unwritten.events));
         gsp = committed.into_platform();
+        ctx.wrote(&gsp);
         if !decision.again {
             // A failed action is tried again soon, whatever else the decision waits for.
             let retry = executed.failed.then_some(Duration::from_secs(2));
@@ -137,6 +229,36 @@ pub async fn reconcile(
         }
     }
     Ok(Requeue::requeue(Duration::from_millis(10)))
+}
+
+/// How long a waiting update's status that acts on nothing may stay unwritten.
+const UNWRITTEN: Duration = Duration::from_millis(100);
+
+/// What a reconcile decided and has not written yet.
+#[derive(Default)]
+struct Unwritten {
+    /// The status the API server holds, while the platform in hand holds one not written.
+    written: Option<Option<GluesyncPlatformStatus>>,
+    /// The events of the decisions not written: recorded with the write.
+    events: Vec<update::Event>,
+    /// When the oldest decision not written was made.
+    since: Option<Instant>,
+}
+
+/// A waiting update's status held unwritten between reconciles: taken up again by the next one if the
+/// platform is still at `base` (its resourceVersion), else dropped (it acted on nothing).
+struct Held {
+    base: String,
+    status: GluesyncPlatformStatus,
+    events: Vec<update::Event>,
+    since: Instant,
+}
+
+/// Whether a decision may go unwritten: it acts on nothing, and the work it hands Core Hub's worker
+/// pauses nothing (it lists, or resumes pipelines the written ledger already holds: asked again after a
+/// crash, which does no harm), so a crash before the next write loses nothing the status must remember.
+fn passes_through(decision: &update::Decision) -> bool {
+    decision.actions.is_empty() && decision.corehub.as_ref().is_none_or(|w| w.enter.is_empty())
 }
 
 /// A GluesyncPlatform that does not parse: said once per resourceVersion as a Warning event (and in the
@@ -173,7 +295,6 @@ async fn not_parsed(
                     invalid.error
                 ),
             )
-            .await
     {
         warn!(error = %e, "recording an event failed");
     }

@@ -104,7 +104,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
-    let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let counted = metrics.clone();
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("building the Kubernetes client")?
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |request: axum::http::Request<kube::client::Body>| {
+                counted.kubernetes_request(&request);
+                request
+            },
+        ))
+        .build();
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
@@ -119,7 +129,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
 
-    let metrics = Arc::new(metrics::Metrics::default());
     let server = tokio::spawn(metrics::serve(
         args.metrics_addr,
         metrics.clone(),

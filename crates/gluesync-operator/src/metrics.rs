@@ -33,6 +33,12 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+/// Labels of `kubernetes_requests_total`: the request's verb (`watch` for a GET that watches).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerbLabel {
+    pub verb: String,
+}
+
 /// Labels of the HTTP connection metrics: which listener.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabel {
@@ -55,6 +61,10 @@ pub struct Metrics {
     pub events: Counter,
     pub workload_writes: Counter,
     pub corehub_errors: Counter,
+    /// Requests GKO sent to the Kubernetes API server, by verb.
+    pub kubernetes_requests: Family<VerbLabel, Counter>,
+    /// Bytes of the bodies GKO sent to the API server, by verb.
+    pub kubernetes_request_bytes: Family<VerbLabel, Counter>,
     /// Finished updates by result.
     pub updates: Family<ResultLabel, Counter>,
     /// How long each step of an update took.
@@ -96,6 +106,18 @@ impl Default for Metrics {
             "corehub_errors",
             "Core Hub calls that failed after their retries",
         );
+        let kubernetes_requests = Family::<VerbLabel, Counter>::default();
+        registry.register(
+            "kubernetes_requests",
+            "Requests sent to the Kubernetes API server, by verb (watch for a GET that watches)",
+            kubernetes_requests.clone(),
+        );
+        let kubernetes_request_bytes = Family::<VerbLabel, Counter>::default();
+        registry.register(
+            "kubernetes_request_bytes",
+            "Bytes of the request bodies sent to the Kubernetes API server, by verb",
+            kubernetes_request_bytes.clone(),
+        );
         let updates = Family::<ResultLabel, Counter>::default();
         registry.register("updates", "Finished updates by result", updates.clone());
         let step_seconds = Family::<StepLabel, Histogram>::new_with_constructor(
@@ -136,6 +158,8 @@ impl Default for Metrics {
             events,
             workload_writes,
             corehub_errors,
+            kubernetes_requests,
+            kubernetes_request_bytes,
             updates,
             step_seconds,
             ready: AtomicBool::new(false),
@@ -145,6 +169,26 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one request to the API server, and its body's bytes, by its verb; the Kubernetes client's
+    /// layer calls it.
+    pub fn kubernetes_request<B: hyper::body::Body>(&self, request: &axum::http::Request<B>) {
+        let watch = request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+        let verb = if watch {
+            "watch".to_string()
+        } else {
+            request.method().as_str().to_ascii_lowercase()
+        };
+        let label = VerbLabel { verb };
+        let bytes = request.body().size_hint();
+        self.kubernetes_request_bytes
+            .get_or_create(&label)
+            .inc_by(bytes.exact().unwrap_or(bytes.lower()));
+        self.kubernetes_requests.get_or_create(&label).inc();
+    }
+
     /// The counters of one HTTP listener.
     pub fn listener(&self, listener: &str) -> crate::http::listener::Counters {
         let closed = |reason: &str| {

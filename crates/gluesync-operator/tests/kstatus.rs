@@ -408,7 +408,9 @@ async fn kstatus_reads_an_update_in_progress_then_current() -> anyhow::Result<()
     println!("every version a watch saw, from GKO's restart to the end:");
     let seen = check_trace(&exe, &versions)?;
     let labels: Vec<&str> = seen.iter().map(String::as_str).collect();
-    for step in ["Drain", "CoreHub", "Resume", "Modules"] {
+    // The steps that write a status of their own here (a Resume that Core Hub answers within 100 ms is
+    // not written apart from the next step: see README "Where an update's time goes").
+    for step in ["Drain", "CoreHub", "Modules"] {
         assert!(
             labels.contains(&format!("InProgress {step}").as_str()),
             "no version read in {step}: {labels:?}"

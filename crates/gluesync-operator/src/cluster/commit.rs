@@ -67,8 +67,8 @@ impl Committed {
         done
     }
 
-    /// Records the decision's events on the platform.
-    pub async fn record(&self, view: &View, events: Vec<Event>) {
+    /// Records the decision's events on the platform (queued: they are published in order, after).
+    pub fn record(&self, view: &View, events: Vec<Event>) {
         for event in events {
             record(
                 view,
@@ -76,8 +76,7 @@ impl Committed {
                 event.warning,
                 event.reason.as_str(),
                 event.message,
-            )
-            .await;
+            );
         }
     }
 }
@@ -149,7 +148,7 @@ pub async fn commit(
         std::future::pending::<()>().await;
     }
     if let Some((reason, message)) = stall {
-        record(view, &written, true, &reason, message).await;
+        record(view, &written, true, &reason, message);
     }
     Ok(Committed { gsp: written })
 }
@@ -187,9 +186,10 @@ async fn remove_stale_lists(
 }
 
 impl StepClock {
-    /// Step durations and update results, from one status to the next. A step's start is taken from
-    /// this process's clock when it saw the step begin, else from the status.
-    fn observe(
+    /// Step durations and update results, from one status to the next (written, or passed through in
+    /// memory: see the controller). A step's start is taken from this process's clock when it saw the
+    /// step begin, else from the status. Seeing the same step again changes nothing.
+    pub fn observe(
         &self,
         view: &View,
         uid: &str,
@@ -197,36 +197,45 @@ impl StepClock {
         after: &GluesyncPlatformStatus,
     ) {
         let metrics = &view.metrics;
-        let next = after.update.as_ref();
+        let next = after.update.as_ref().map(|u| u.step.name());
         let Ok(mut clock) = self.0.lock() else {
             return;
         };
-        let started = clock.remove(uid);
-        if let Some(u) = next {
-            clock.insert(uid.to_string(), (u.step.name(), Instant::now()));
-        }
-        let Some(prev) = before.and_then(|s| s.update.as_ref()) else {
+        // The step that ran: none when `before` had no update (a clock entry left from an update this
+        // process did not see end says nothing).
+        let prev = before
+            .and_then(|s| s.update.as_ref())
+            .map(|u| match clock.get(uid) {
+                Some((step, at)) => (*step, at.elapsed()),
+                None => (
+                    u.step.name(),
+                    Duration::from_secs_f64(
+                        jiff::Timestamp::now()
+                            .duration_since(u.step.since().0)
+                            .as_secs_f64()
+                            .max(0.0),
+                    ),
+                ),
+            });
+        if let (Some((step, _)), Some(next)) = (prev, next)
+            && step == next
+        {
+            clock
+                .entry(uid.to_string())
+                .or_insert((next, Instant::now()));
             return;
+        }
+        match next {
+            Some(n) => clock.insert(uid.to_string(), (n, Instant::now())),
+            None => clock.remove(uid),
         };
-        if next.map(|u| u.step.name()) == Some(prev.step.name()) {
-            if let Some(s) = started {
-                clock.insert(uid.to_string(), s);
-            }
+        let Some((step, took)) = prev else {
             return;
-        }
-        let took = match started {
-            Some((step, at)) if step == prev.step.name() => at.elapsed(),
-            _ => Duration::from_secs_f64(
-                jiff::Timestamp::now()
-                    .duration_since(prev.step.since().0)
-                    .as_secs_f64()
-                    .max(0.0),
-            ),
         };
         metrics
             .step_seconds
             .get_or_create(&StepLabel {
-                step: format!("{:?}", prev.step.name()),
+                step: format!("{step:?}"),
             })
             .observe(took.as_secs_f64());
         if next.is_none()
@@ -242,13 +251,13 @@ impl StepClock {
     }
 }
 
-async fn record(view: &View, gsp: &GluesyncPlatform, warning: bool, reason: &str, message: String) {
+fn record(view: &View, gsp: &GluesyncPlatform, warning: bool, reason: &str, message: String) {
     let type_ = if warning {
         EventType::Warning
     } else {
         EventType::Normal
     };
-    if let Err(e) = view.writer.event(gsp, type_, reason, message).await {
+    if let Err(e) = view.writer.event(gsp, type_, reason, message) {
         warn!(error = %e, reason, "recording an event failed");
     }
 }

@@ -28,17 +28,21 @@ use crate::{
 };
 
 /// The GluesyncPlatform to decide on: the cached one, or the API server's latest while an update runs
-/// or the platform is being deleted (an update acts on what it reads), with its long pipeline lists
+/// or the platform is being deleted (an update acts on what it reads) unless the cache holds the very
+/// version this GKO wrote last (`written`: its resourceVersion), with its long pipeline lists
 /// joined back in, so the engine sees every id. `Ok(None)` while a list's ConfigMaps do not yet hold what
 /// the status names (the cache lags a write): try again shortly.
 pub async fn platform(
     view: &View,
     lists: &Known,
     cached: &GluesyncPlatform,
+    written: Option<&str>,
 ) -> Result<Option<GluesyncPlatform>, kube::Error> {
     let mut gsp = cached.clone();
-    if gsp.status.as_ref().is_some_and(|s| s.update.is_some())
-        || gsp.metadata.deletion_timestamp.is_some()
+    let caught_up = written.is_some() && written == cached.resource_version().as_deref();
+    if !caught_up
+        && (gsp.status.as_ref().is_some_and(|s| s.update.is_some())
+            || gsp.metadata.deletion_timestamp.is_some())
     {
         gsp = view.read_platform(&gsp.name_any()).await?;
     }

@@ -25,11 +25,22 @@ use crate::{
     metrics::Metrics,
 };
 
+/// How many events may wait to be published; past it, a new one is dropped (and said in the log).
+const EVENT_QUEUE: usize = 1024;
+
+/// An event waiting to be published.
+struct Queued {
+    reference: ObjectReference,
+    event: Event,
+}
+
 /// Every write GKO makes to the cluster, gated by the Lease.
 #[derive(Clone)]
 pub struct Writer {
     client: Client,
-    recorder: Arc<Recorder>,
+    /// Events go to one task that publishes them in order, off the update's path: an update does not
+    /// wait for its events, and they are published in the order they were recorded.
+    events: tokio::sync::mpsc::Sender<Queued>,
     metrics: Arc<Metrics>,
     leadership: Leadership,
 }
@@ -55,8 +66,11 @@ impl Writer {
             controller: FIELD_MANAGER.into(),
             instance,
         };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let (events, queue) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+        tokio::spawn(publish_events(recorder, leadership.clone(), queue));
         Writer {
-            recorder: Arc::new(Recorder::new(client.clone(), reporter)),
+            events,
             client,
             metrics,
             leadership,
@@ -473,9 +487,10 @@ impl Writer {
         }
     }
 
-    /// Records an event on the GluesyncPlatform. Events with the same reason and message form one series
-    /// (a count that grows); a new message starts a new event (see [`series_action`]).
-    pub async fn event<K: Resource<DynamicType = ()>>(
+    /// Records an event on the GluesyncPlatform: queued at once, published in order by the events task.
+    /// Events with the same reason and message form one series (a count that grows); a new message starts
+    /// a new event (see [`series_action`]).
+    pub fn event<K: Resource<DynamicType = ()>>(
         &self,
         gsp: &K,
         type_: EventType,
@@ -484,20 +499,42 @@ impl Writer {
     ) -> Result<(), kube::Error> {
         self.gate()?;
         let note = fit_note(note);
-        let reference: ObjectReference = gsp.object_ref(&());
-        self.metrics.events.inc();
-        self.recorder
-            .publish(
-                &Event {
-                    type_,
-                    reason: reason.into(),
-                    action: series_action(reason, &note),
-                    note: Some(note),
-                    secondary: None,
-                },
-                &reference,
+        let queued = Queued {
+            reference: gsp.object_ref(&()),
+            event: Event {
+                type_,
+                reason: reason.into(),
+                action: series_action(reason, &note),
+                note: Some(note),
+                secondary: None,
+            },
+        };
+        self.events.try_send(queued).map_err(|_| {
+            kube::Error::Api(
+                Status::failure("too many events wait to be published", "EventsQueueFull")
+                    .with_code(503)
+                    .boxed(),
             )
-            .await
+        })?;
+        self.metrics.events.inc();
+        Ok(())
+    }
+}
+
+/// Publishes the queued events one after the other, while this GKO holds the Lease. A failure is said
+/// in the log; the event is not tried again (the recorder's series carry on with the next one).
+async fn publish_events(
+    recorder: Recorder,
+    leadership: Leadership,
+    mut queue: tokio::sync::mpsc::Receiver<Queued>,
+) {
+    while let Some(q) = queue.recv().await {
+        if !leadership.is_leader() {
+            continue;
+        }
+        if let Err(e) = recorder.publish(&q.event, &q.reference).await {
+            tracing::warn!(error = %e, reason = %q.event.reason, "recording an event failed");
+        }
     }
 }
 

@@ -105,7 +105,9 @@ pub(crate) fn mutated(m: Mutant) -> bool {
 /// actions and the background work that follow it, so a test can kill it exactly there. A position is
 /// an update's step (`Drain`, or `Drain:Asked`: the write that records the first pipelines asked to
 /// enter maintenance mode), or a disaster-recovery phase with the workload being changed
-/// (`DR:SettingUp:0:RollingOut`, `DR:Active`).
+/// (`DR:SettingUp:0:RollingOut`, `DR:Active`). A step the controller passed through in memory has no
+/// write of its own: for it, the first write past it (in the order of the steps; the end of the update
+/// after Finish) is the fault point.
 #[cfg(feature = "test-hooks")]
 pub(crate) fn fault_point(
     before: Option<&GluesyncPlatformStatus>,
@@ -115,7 +117,39 @@ pub(crate) fn fault_point(
         return false;
     };
     let entered = position(Some(after));
-    entered.as_deref() == Some(wanted.as_str()) && position(before) != entered
+    if entered.as_deref() == Some(wanted.as_str()) && position(before) != entered {
+        return true;
+    }
+    let Some(wanted) = step_rank(&wanted) else {
+        return false;
+    };
+    let was = before.and_then(|s| s.update.as_ref()).map(update_rank);
+    let is = match &after.update {
+        Some(u) => update_rank(u),
+        None if was.is_some() => usize::MAX,
+        None => return false,
+    };
+    was.is_none_or(|w| w < wanted) && is > wanted
+}
+
+/// The order of an update's positions: each step, then the same step once it asked pipelines.
+#[cfg(feature = "test-hooks")]
+fn update_rank(u: &crate::api::UpdateStatus) -> usize {
+    let asked = u.step.asked_pipelines().is_some_and(|l| !l.is_empty());
+    u.step.name() as usize * 2 + usize::from(asked)
+}
+
+#[cfg(feature = "test-hooks")]
+fn step_rank(position: &str) -> Option<usize> {
+    use strum::VariantNames as _;
+    let (name, asked) = match position.strip_suffix(":Asked") {
+        Some(name) => (name, 1),
+        None => (position, 0),
+    };
+    let index = crate::api::UpdateStep::VARIANTS
+        .iter()
+        .position(|v| *v == name)?;
+    Some(index * 2 + asked)
 }
 
 /// Where a status stands, for [`fault_point`].
