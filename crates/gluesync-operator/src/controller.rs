@@ -80,6 +80,13 @@ impl Context {
         lock(&self.written).get(uid).cloned()
     }
 
+    /// Forgets what it keeps of every platform but those `keep` names (deleted platforms).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        lock(&self.written).retain(|uid, _| keep(uid));
+        lock(&self.held).retain(|uid, _| keep(uid));
+        lock(&self.unparsed).retain(|uid, _| keep(uid));
+    }
+
     /// Remembers the platform's resourceVersion as this GKO wrote it (or read it back).
     fn wrote(&self, gsp: &GluesyncPlatform) {
         if let (Some(uid), Some(version)) = (gsp.uid(), gsp.resource_version()) {

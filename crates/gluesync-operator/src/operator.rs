@@ -264,6 +264,7 @@ pub async fn run(
             cleanup.corehub.retain(|uid| live.contains(uid));
             cleanup.catalog.retain(|uid| live.contains(uid));
             cleanup.lists.retain(|uid| live.contains(uid));
+            cleanup.retain(|uid| live.contains(uid));
         }
     });
 

@@ -178,6 +178,99 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An update with nothing to wait for (stability window 0, Core Hub answering at once, no module to
+/// change) writes the statuses crash safety needs, each before what it leads to, and little more: Snapshot
+/// (before the finalizer), Drain with the pipelines it asks (before they are asked), CoreHub (before its
+/// image changes) and the end; a step that passes within 100 ms doing nothing of its own is not written
+/// apart (13 status writes before). Its events are recorded all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_update_writes_only_the_statuses_crash_safety_needs() -> anyhow::Result<()> {
+    use gluesync_operator::api::UpdateStep;
+    let ns = namespace("few-writes").await?;
+    let sim = simulator().await?;
+    install_with_simulator(
+        &ns,
+        &sim,
+        json!({"stabilityWindowSeconds": 0, "catalog": {"offline": true, "url": null}}),
+    )?;
+    let gko = Operator::start_with_role(&ns).await?;
+    wait_settled(&ns).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let seen = status_versions(&ns);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = gko.metrics.status_writes.get();
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
+    let attempt = g.status.and_then(|s| s.last_attempt).unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");
+    assert_eq!(attempt.paused_pipelines.len(), 20, "{attempt:?}");
+    let writes = gko.metrics.status_writes.get() - before;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = seen.lock().map(|v| v.clone()).unwrap_or_default();
+    // Each write crash safety needs is there, as the API server holds it.
+    for wanted in [
+        (Some(UpdateStep::Snapshot), false),
+        (Some(UpdateStep::Drain), true),
+        (Some(UpdateStep::CoreHub), false),
+        (None, false),
+    ] {
+        assert!(seen.contains(&wanted), "no status {wanted:?} in {seen:?}");
+    }
+    println!("{writes} status writes in the update: {seen:?}");
+    // A wait over 100 ms on a loaded machine (the rollout, Core Hub's answers) may show as one more.
+    assert!(
+        (4..=7).contains(&writes),
+        "{writes} status writes in the update: {seen:?}"
+    );
+    let reasons = event_reasons_through(&ns, "UpdateSucceeded").await?;
+    for reason in ["UpdateStarted", "CoreHubPatched", "UpdateSucceeded"] {
+        assert!(reasons.iter().any(|r| r == reason), "{reason}: {reasons:?}");
+    }
+    Ok(())
+}
+
+/// A status as [`status_versions`] records it: the update's step, and whether it asked pipelines.
+type Written = (Option<gluesync_operator::api::UpdateStep>, bool);
+
+/// Every status the API server holds of the platform from now on, as (step, pipelines asked): one entry
+/// per version whose status changed.
+fn status_versions(
+    ns: &gko_test_support::TestNamespace,
+) -> std::sync::Arc<std::sync::Mutex<Vec<Written>>> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = out.clone();
+    let api = platforms(ns);
+    tokio::spawn(async move {
+        let mut last = None;
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            let (watcher::Event::Apply(g) | watcher::Event::InitApply(g)) = event else {
+                continue;
+            };
+            let first = last.is_none();
+            if last.as_ref() == Some(&g.status) {
+                continue;
+            }
+            last = Some(g.status.clone());
+            if first {
+                continue;
+            }
+            let u = g.status.as_ref().and_then(|s| s.update.as_ref());
+            let entry = (
+                u.map(|u| u.step.name()),
+                u.and_then(|u| u.step.asked_pipelines())
+                    .is_some_and(|l| !l.is_empty()),
+            );
+            if let Ok(mut v) = sink.lock() {
+                v.push(entry);
+            }
+        }
+    });
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
     let ns = namespace("crash").await?;
