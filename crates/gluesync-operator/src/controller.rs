@@ -132,9 +132,9 @@ pub async fn reconcile(
     };
     // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
     let mut dr = observe::dr_objects(view, &gsp).await.map_err(Error::Read)?;
-    // A decision that acts on nothing and asks Core Hub to pause nothing need not be written at once (a
-    // crash before its write loses nothing): one that moves the step on is taken further in memory, and
-    // while an update runs, one that waits is held for up to `UNWRITTEN_MS` in case what it waits for
+    // While an update runs, a decision that acts on nothing and asks Core Hub to pause nothing need not
+    // be written at once (a crash before its write loses nothing): one that moves the step on is taken
+    // further in memory, and one that waits is held for up to `UNWRITTEN_MS` in case what it waits for
     // comes at once. The first decision that acts, or a wait held that long, writes them all together
     // with their events. `written` is the status the API server holds when `gsp` holds one not written.
     let mut unwritten = Unwritten::default();
@@ -173,7 +173,10 @@ pub async fn reconcile(
         );
         let mut decision = update::decide(&gsp, &snapshot.observed());
         if passes_through(&decision) {
-            let moves_on = decision.again && i + 1 < STEPS_PER_RECONCILE;
+            // Only an update's statuses: a disaster-recovery setup and the idle status are written
+            // at every step, as each of their steps is a point a restart starts again from.
+            let in_update = decision.status.update.is_some();
+            let moves_on = decision.again && in_update && i + 1 < STEPS_PER_RECONCILE;
             let changed =
                 unwritten.written.is_some() || gsp.status.as_ref() != Some(&decision.status);
             let since = *unwritten.since.get_or_insert_with(Instant::now);
