@@ -42,7 +42,7 @@ use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use gko_test_support::TestNamespace;
 use gluesync_operator::api::{
-    CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatform, Phase, UpdateResult,
+    CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatform, Phase, UpdateResult, UpdateStep,
 };
 use gluesync_simulator::{CatalogEntry, Options, Simulator};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -52,6 +52,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use serde_json::json;
+use strum::VariantNames as _;
 
 const SAMPLE_INSTALL: &str = include_str!("../../../examples/sample/install.yaml");
 
@@ -684,18 +685,6 @@ struct Tally {
     steps: Vec<(String, f64)>,
 }
 
-/// The steps of an update in their order, as the step-duration metric names them.
-const STEPS: [&str; 8] = [
-    "Preflight",
-    "Snapshot",
-    "Drain",
-    "CoreHub",
-    "CoreHubRollback",
-    "Resume",
-    "Modules",
-    "Finish",
-];
-
 impl Tally {
     fn between(before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> Tally {
         let delta = |name: &str| {
@@ -718,7 +707,7 @@ impl Tally {
             .filter(|k| k.starts_with("gluesync_operator_kubernetes_request_bytes_total{"))
             .map(|k| delta(k))
             .sum();
-        let steps = STEPS
+        let steps = UpdateStep::VARIANTS
             .iter()
             .map(|s| {
                 let key = format!("{prefix}update_step_duration_seconds_sum{{step=\"{s}\"}}");
@@ -769,7 +758,7 @@ impl Tally {
                 .map(|v| (v.clone(), med(&|t| of(&t.requests, v))))
                 .collect(),
             bytes: med(&|t| t.bytes),
-            steps: STEPS
+            steps: UpdateStep::VARIANTS
                 .iter()
                 .map(|s| (s.to_string(), med(&|t| of(&t.steps, s))))
                 .filter(|(_, x)| *x > 0.0)

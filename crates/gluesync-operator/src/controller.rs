@@ -17,7 +17,7 @@ use tracing::{instrument, warn};
 
 use crate::{
     api::{GluesyncPlatform, GluesyncPlatformStatus, Reason},
-    background::Tasks,
+    background::{Tasks, lock},
     cluster::{
         commit::{self, CommitError, StepClock},
         observe::{self, Snapshot},
@@ -95,10 +95,6 @@ impl Context {
     }
 }
 
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// How many steps one reconcile may take in a row before it lets others run.
 const STEPS_PER_RECONCILE: usize = 32;
 
@@ -134,7 +130,7 @@ pub async fn reconcile(
     let mut dr = observe::dr_objects(view, &gsp).await.map_err(Error::Read)?;
     // While an update runs, a decision that acts on nothing and asks Core Hub to pause nothing need not
     // be written at once (a crash before its write loses nothing): one that moves the step on is taken
-    // further in memory, and one that waits is held for up to `UNWRITTEN_MS` in case what it waits for
+    // further in memory, and one that waits is held for up to `UNWRITTEN` in case what it waits for
     // comes at once. The first decision that acts, or a wait held that long, writes them all together
     // with their events. `written` is the status the API server holds when `gsp` holds one not written.
     let mut unwritten = Unwritten::default();
@@ -153,14 +149,10 @@ pub async fn reconcile(
         if !view.pods_listed() {
             if let Some(before) = unwritten.written.take() {
                 let status = std::mem::replace(&mut gsp.status, before).unwrap_or_default();
-                let committed =
-                    match commit::commit(view, &ctx.lists, &ctx.clock, gsp, status).await {
-                        Ok(c) => c,
-                        Err(CommitError::NotLeader) => return Ok(Requeue::await_change()),
-                        Err(e) => return Err(e.into()),
-                    };
+                let Some(committed) = write(&ctx, gsp, status).await? else {
+                    return Ok(Requeue::await_change());
+                };
                 committed.record(view, unwritten.events);
-                ctx.wrote(committed.platform());
             }
             return Ok(Requeue::requeue(Duration::from_millis(50)));
         }
@@ -181,8 +173,7 @@ pub async fn reconcile(
                 unwritten.written.is_some() || gsp.status.as_ref() != Some(&decision.status);
             let since = *unwritten.since.get_or_insert_with(Instant::now);
             let left = UNWRITTEN.saturating_sub(since.elapsed());
-            let holds =
-                !decision.again && changed && decision.status.update.is_some() && !left.is_zero();
+            let holds = !decision.again && changed && in_update && !left.is_zero();
             if moves_on || holds {
                 ctx.clock
                     .observe(view, &uid, gsp.status.as_ref(), &decision.status);
@@ -211,12 +202,9 @@ pub async fn reconcile(
             gsp.status = before;
         }
         unwritten.since = None;
-        let mut committed =
-            match commit::commit(view, &ctx.lists, &ctx.clock, gsp, decision.status).await {
-                Ok(c) => c,
-                Err(CommitError::NotLeader) => return Ok(Requeue::await_change()),
-                Err(e) => return Err(e.into()),
-            };
+        let Some(mut committed) = write(&ctx, gsp, decision.status).await? else {
+            return Ok(Requeue::await_change());
+        };
         let executed = committed.execute(view, decision.actions).await;
         if executed.pair_changed {
             dr = observe::dr_objects(view, committed.platform())
@@ -228,6 +216,7 @@ pub async fn reconcile(
         unwritten.events.append(&mut decision.events);
         committed.record(view, std::mem::take(&mut unwritten.events));
         gsp = committed.into_platform();
+        // An action may have changed the platform (a finalizer): its resourceVersion is the latest.
         ctx.wrote(&gsp);
         if !decision.again {
             // A failed action is tried again soon, whatever else the decision waits for.
@@ -239,6 +228,22 @@ pub async fn reconcile(
         }
     }
     Ok(Requeue::requeue(Duration::from_millis(10)))
+}
+
+/// Commits `status` and remembers the resourceVersion written; `None` when this GKO no longer leads.
+async fn write(
+    ctx: &Context,
+    gsp: GluesyncPlatform,
+    status: GluesyncPlatformStatus,
+) -> Result<Option<commit::Committed>, Error> {
+    match commit::commit(&ctx.view, &ctx.lists, &ctx.clock, gsp, status).await {
+        Ok(c) => {
+            ctx.wrote(c.platform());
+            Ok(Some(c))
+        }
+        Err(CommitError::NotLeader) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// How long a waiting update's status that acts on nothing may stay unwritten.
@@ -284,10 +289,7 @@ async fn not_parsed(
     }
     // Every workload or pod change reconciles every platform: this version is said once.
     let version = guard.resource_version().unwrap_or_default();
-    let said = ctx
-        .unparsed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    let said = lock(&ctx.unparsed)
         .insert(guard.uid().unwrap_or_default(), version.clone())
         .is_some_and(|before| before == version);
     if said {

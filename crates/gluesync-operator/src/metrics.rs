@@ -81,6 +81,17 @@ pub struct Metrics {
     pub conductor_down: AtomicBool,
 }
 
+/// Registers `metric` under `name` and answers it (a cheap handle on the same metric).
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 fn step_histogram() -> Histogram {
     Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0])
 }
@@ -88,11 +99,8 @@ fn step_histogram() -> Histogram {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("gluesync_operator");
-        let mut counter = |name: &str, help: &str| {
-            let c = Counter::default();
-            registry.register(name, help, c.clone());
-            c
-        };
+        let mut counter =
+            |name: &str, help: &str| registered(&mut registry, name, help, Counter::default());
         let reconciles = counter("reconciles", "Reconciliations of GluesyncPlatforms");
         let reconcile_errors =
             counter("reconcile_errors", "Reconciliations that ended in an error");
@@ -106,46 +114,50 @@ impl Default for Metrics {
             "corehub_errors",
             "Core Hub calls that failed after their retries",
         );
-        let kubernetes_requests = Family::<VerbLabel, Counter>::default();
-        registry.register(
+        let kubernetes_requests = registered(
+            &mut registry,
             "kubernetes_requests",
             "Requests sent to the Kubernetes API server, by verb (watch for a GET that watches)",
-            kubernetes_requests.clone(),
+            Family::<VerbLabel, Counter>::default(),
         );
-        let kubernetes_request_bytes = Family::<VerbLabel, Counter>::default();
-        registry.register(
+        let kubernetes_request_bytes = registered(
+            &mut registry,
             "kubernetes_request_bytes",
             "Bytes of the request bodies sent to the Kubernetes API server, by verb",
-            kubernetes_request_bytes.clone(),
+            Family::<VerbLabel, Counter>::default(),
         );
-        let updates = Family::<ResultLabel, Counter>::default();
-        registry.register("updates", "Finished updates by result", updates.clone());
-        let step_seconds = Family::<StepLabel, Histogram>::new_with_constructor(
-            step_histogram as fn() -> Histogram,
+        let updates = registered(
+            &mut registry,
+            "updates",
+            "Finished updates by result",
+            Family::<ResultLabel, Counter>::default(),
         );
-        registry.register(
+        let step_seconds = registered(
+            &mut registry,
             "update_step_duration_seconds",
             "How long each step of an update took",
-            step_seconds.clone(),
+            Family::<StepLabel, Histogram>::new_with_constructor(
+                step_histogram as fn() -> Histogram,
+            ),
         );
-        let cached = Family::<KindLabel, Gauge>::default();
-        registry.register(
+        let cached = registered(
+            &mut registry,
             "cached_objects",
             "Objects in GKO's watch caches, by kind",
-            cached.clone(),
+            Family::<KindLabel, Gauge>::default(),
         );
-        let connections = Family::<ListenerLabel, Gauge>::default();
-        registry.register(
+        let connections = registered(
+            &mut registry,
             "http_connections",
             "Connections open on GKO's HTTP listeners (conductor, metrics)",
-            connections.clone(),
+            Family::<ListenerLabel, Gauge>::default(),
         );
-        let connections_closed = Family::<ClosedLabel, Counter>::default();
-        registry.register(
+        let connections_closed = registered(
+            &mut registry,
             "http_connections_closed",
             "Connections GKO closed: idle (no complete request within the header timeout), evicted \
              (the one idle the longest, for a new connection at the bound), refused (at the bound, none idle)",
-            connections_closed.clone(),
+            Family::<ClosedLabel, Counter>::default(),
         );
         Metrics {
             registry,
