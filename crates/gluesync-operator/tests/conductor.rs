@@ -236,6 +236,15 @@ async fn a_manager_updates_the_platform_from_the_ui() -> anyhow::Result<()> {
         image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
         "molo17/gluesync-core-hub:2.3.2.2"
     );
+    // The listing follows the workloads: what was answered before the update is not answered again.
+    let (code, body) = ui.get("/conductor/api/containers", Some(&viewer)).await?;
+    assert_eq!(code, 200, "{body}");
+    let core = body["data"]["containers"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == "gluesync-gluesync-core-hub"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(core["info"]["parsedImage"]["tag"], "2.3.2.2", "{body}");
     Ok(())
 }
 

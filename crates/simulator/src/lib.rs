@@ -128,6 +128,22 @@ struct Inner {
     next_token: u64,
     /// Maintenance requests accepted and not applied yet.
     pending: usize,
+    /// When the first maintenance enter request came since the span was last taken, and when a
+    /// pipeline last left maintenance mode after it.
+    paused: (Option<std::time::Instant>, Option<std::time::Instant>),
+}
+
+impl Inner {
+    /// A maintenance request takes effect; a pipeline leaving maintenance mode ends the paused span
+    /// (so far).
+    fn apply_maintenance(&mut self, id: &str, enter: bool) {
+        if let Some(p) = self.pipelines.get_mut(id) {
+            if p.is_in_maintenance_mode && !enter {
+                self.paused.1 = Some(std::time::Instant::now());
+            }
+            p.is_in_maintenance_mode = enter;
+        }
+    }
 }
 
 /// The simulator's state, shared by its servers and its owner.
@@ -223,6 +239,14 @@ impl Sim {
     /// Maintenance requests accepted and not applied yet (they land late).
     pub fn pending_maintenance(&self) -> usize {
         self.lock().pending
+    }
+
+    /// The pipelines' paused time: from the first maintenance enter request since the last call (or
+    /// the start) to the moment a pipeline last left maintenance mode after it; `None` when no pipeline
+    /// left maintenance mode after an enter request. Starts the next span.
+    pub fn take_paused_time(&self) -> Option<Duration> {
+        let (from, to) = std::mem::take(&mut self.lock().paused);
+        to?.checked_duration_since(from?)
     }
 
     pub fn calls(&self) -> Calls {
@@ -441,6 +465,7 @@ async fn maintenance(
             return not_found(&id);
         };
         if enter {
+            inner.paused.0.get_or_insert_with(std::time::Instant::now);
             *inner.calls.enter.entry(id.clone()).or_default() += 1;
             if current {
                 inner.calls.enter_while_in_maintenance += 1;
@@ -455,10 +480,8 @@ async fn maintenance(
         if enter {
             delay = delay.saturating_add(inner.faults.enter_delay_ms);
         }
-        if delay == 0
-            && let Some(p) = inner.pipelines.get_mut(&id)
-        {
-            p.is_in_maintenance_mode = enter;
+        if delay == 0 {
+            inner.apply_maintenance(&id, enter);
         }
         if delay > 0 {
             inner.pending += 1;
@@ -470,9 +493,7 @@ async fn maintenance(
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(delay)).await;
             let mut inner = sim.lock();
-            if let Some(p) = inner.pipelines.get_mut(&id) {
-                p.is_in_maintenance_mode = enter;
-            }
+            inner.apply_maintenance(&id, enter);
             inner.pending -= 1;
         });
     }
@@ -920,6 +941,30 @@ mod tests {
             "exit lands late"
         );
         wait_for_maintenance(&sim, "p00000", false).await;
+    }
+
+    #[tokio::test]
+    async fn paused_time_runs_from_the_first_enter_to_the_last_pipeline_running() {
+        let sim = start().await;
+        let api = Api::login(&sim, None).await;
+        assert_eq!(sim.take_paused_time(), None, "nothing paused yet");
+        let asked = tokio::time::Instant::now();
+        assert_eq!(api.maintenance("p00000", "enter").await, 202);
+        assert_eq!(api.maintenance("p00001", "enter").await, 202);
+        assert_eq!(api.maintenance("p00001", "exit").await, 202);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The exit lands late: the span ends when the last pipeline is running again.
+        sim.update_faults(|f| f.maintenance_delay_ms = 150);
+        assert_eq!(api.maintenance("p00000", "exit").await, 202);
+        wait_for_maintenance(&sim, "p00000", false).await;
+        let paused = sim.take_paused_time().expect("a span");
+        assert!(paused >= Duration::from_millis(250), "{paused:?}");
+        assert!(paused <= asked.elapsed(), "{paused:?}");
+        // Taken: the next span has no enter request yet, whatever leaves maintenance mode.
+        sim.set_maintenance("p00001", true);
+        assert_eq!(api.maintenance("p00001", "exit").await, 202);
+        wait_for_maintenance(&sim, "p00001", false).await;
+        assert_eq!(sim.take_paused_time(), None);
     }
 
     #[tokio::test]

@@ -147,6 +147,27 @@ impl View {
         .then(|| su.phase.as_str().to_string())
     }
 
+    /// A number that changes whenever a labelled workload or one of its pods changes in the caches
+    /// (each object's uid and resourceVersion, summed so the caches' order does not matter): what a
+    /// reader of [`View::workloads`] can key a derived answer on, without building the workloads.
+    pub fn workloads_version(&self) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        fn sum<K: kube::Resource>(tag: u8, objects: Vec<Arc<K>>) -> u64 {
+            let hasher = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default();
+            objects.iter().fold(objects.len() as u64, |acc, o| {
+                let mut h = hasher.build_hasher();
+                tag.hash(&mut h);
+                o.meta().uid.hash(&mut h);
+                o.meta().name.hash(&mut h);
+                o.meta().resource_version.hash(&mut h);
+                acc.wrapping_add(h.finish())
+            })
+        }
+        sum(0, self.statefulsets.state())
+            .wrapping_add(sum(1, self.deployments.state()))
+            .wrapping_add(sum(2, self.pods.store.state()))
+    }
+
     /// The labelled workloads of the namespace with their pods, from the watch caches.
     pub fn workloads(&self) -> Vec<Workload> {
         let pods = self.pods.store.state();

@@ -140,6 +140,7 @@ impl Harness {
             corehub: Arc::default(),
             updating: Arc::default(),
             in_flight: Arc::default(),
+            containers: Arc::default(),
         };
         for (token, username, role) in [
             (KNOWN_TOKEN, "manager", "MANAGER"),

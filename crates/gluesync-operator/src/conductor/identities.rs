@@ -160,9 +160,13 @@ fn quota(rate: u32, burst: u32) -> Quota {
     Quota::per_second(rate).allow_burst(NonZeroU32::new(burst).unwrap_or(rate))
 }
 
-/// How long until a limiter that refused has a check again.
+/// How long until a limiter that refused has a check again. The clock is made once: making one asks the
+/// CPU (CPUID) whether its counter can be used, which a virtual machine answers slowly, and a flood is
+/// refused tens of thousands of times a second.
 fn wait(refused: governor::NotUntil<<DefaultClock as Clock>::Instant>) -> Duration {
-    refused.wait_time_from(DefaultClock::default().now())
+    static CLOCK: std::sync::LazyLock<DefaultClock> =
+        std::sync::LazyLock::new(DefaultClock::default);
+    refused.wait_time_from(CLOCK.now())
 }
 
 /// One budget: its rate, its checks in flight.

@@ -64,11 +64,11 @@ const CERT_CHECK: Duration = Duration::from_secs(2);
 /// How long an update request waits for the update to end before it answers with the outcome so far.
 const UPDATE_WAIT: Duration = Duration::from_secs(900);
 
-/// A caller as Core Hub knows it.
+/// A caller as Core Hub knows it (shared, not copied, by every request it makes).
 #[derive(Clone, Debug)]
 pub struct Caller {
-    pub username: String,
-    pub role: String,
+    pub username: Arc<str>,
+    pub role: Arc<str>,
 }
 
 /// What a route needs of the caller's role, as the Conductor gates them.
@@ -273,29 +273,40 @@ struct Api {
     updating: Arc<tokio::sync::Mutex<()>>,
     /// Requests in flight by caller (username).
     in_flight: Held,
+    /// The last answers of `GET /containers`, by filter, for the workloads they were built from.
+    containers: Arc<std::sync::Mutex<Listings>>,
+}
+
+/// Answers of `GET /containers` (the JSON body, by `type` filter) built from the workloads as
+/// [`View::workloads_version`] names them: a listing is built and serialized once per change of the
+/// workloads, not once per request.
+#[derive(Default)]
+struct Listings {
+    version: u64,
+    bodies: Vec<(Option<String>, axum::body::Bytes)>,
 }
 
 /// Requests in flight by caller.
-type Held = Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>;
+type Held = Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>>;
 
 /// A request of one caller in flight; its slot is given back when the request ends.
 struct InFlight {
     callers: Held,
-    username: String,
+    username: Arc<str>,
 }
 
 impl InFlight {
     /// A slot for `username`, unless it holds [`CALLER_REQUESTS`] already.
-    fn take(callers: &Held, username: &str) -> Option<InFlight> {
+    fn take(callers: &Held, username: &Arc<str>) -> Option<InFlight> {
         let mut held = callers.lock().unwrap_or_else(|e| e.into_inner());
-        let n = held.entry(username.to_string()).or_default();
+        let n = held.entry(username.clone()).or_default();
         if *n >= CALLER_REQUESTS {
             return None;
         }
         *n += 1;
         Some(InFlight {
             callers: callers.clone(),
-            username: username.to_string(),
+            username: username.clone(),
         })
     }
 }
@@ -418,8 +429,8 @@ impl Api {
             )));
         }
         let caller = Caller {
-            username: me.username,
-            role: me.role,
+            username: me.username.into(),
+            role: me.role.into(),
         };
         ids.verified(&presented, key, identities::Known::Caller(caller.clone()));
         Ok((caller, by_cookie))
@@ -671,24 +682,76 @@ fn container_json(w: &crate::update::observed::Workload) -> Value {
     })
 }
 
+/// The CPUs GKO may use, read once: on Linux the standard library reads the cgroup's files for it, at
+/// every call.
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Filters of `GET /containers` remembered at most (any other is built per request).
+const LISTINGS: usize = 8;
+
 async fn list_containers(State(api): State<Api>, req: Request) -> Response {
     let wanted = axum::extract::Query::<ContainersFilter>::try_from_uri(req.uri())
         .ok()
-        .and_then(|q| q.0.kind);
-    let containers: Vec<Value> = api
-        .view
-        .workloads()
+        .and_then(|q| q.0.kind)
+        .filter(|k| k != "all");
+    let version = api.view.workloads_version();
+    let remembered = {
+        let listings = api.containers.lock().unwrap_or_else(|e| e.into_inner());
+        (listings.version == version)
+            .then(|| listings.bodies.iter().find(|(k, _)| *k == wanted))
+            .flatten()
+            .map(|(_, body)| body.clone())
+    };
+    let body = match remembered {
+        Some(body) => body,
+        None => {
+            let body = containers_body(&api.view.workloads(), wanted.as_deref());
+            let mut listings = api.containers.lock().unwrap_or_else(|e| e.into_inner());
+            if listings.version != version {
+                *listings = Listings {
+                    version,
+                    bodies: vec![],
+                };
+            }
+            if listings.bodies.len() < LISTINGS
+                && !listings.bodies.iter().any(|(k, _)| *k == wanted)
+            {
+                listings.bodies.push((wanted, body.clone()));
+            }
+            body
+        }
+    };
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// The body of `GET /containers` for these workloads, only those of component type `wanted` when given.
+fn containers_body(
+    workloads: &[crate::update::observed::Workload],
+    wanted: Option<&str>,
+) -> axum::body::Bytes {
+    let containers: Vec<Value> = workloads
         .iter()
         .map(container_json)
-        .filter(|c| match wanted.as_deref() {
-            None | Some("all") => true,
-            Some(t) => c["type"] == t,
-        })
+        .filter(|c| wanted.is_none_or(|t| c["type"] == t))
         .collect();
-    success(json!({
-        "systemInfo": {"ncpu": std::thread::available_parallelism().map_or(1, |n| n.get())},
-        "containers": containers,
-    }))
+    let body = Success {
+        success: true,
+        data: json!({
+            "systemInfo": {"ncpu": cpus()},
+            "containers": containers,
+        }),
+    };
+    serde_json::to_vec(&body).map_or_else(|_| axum::body::Bytes::new(), axum::body::Bytes::from)
 }
 
 /// Reads a request's body within [`BODY_READ_TIMEOUT`] and [`BODY_LIMIT`]; the error is the answer.
@@ -844,8 +907,8 @@ async fn accept_update(
                     id: request_id.clone(),
                     channel,
                     ids: ids.clone(),
-                    username: Some(caller.username.clone()),
-                    role: Some(caller.role.clone()),
+                    username: Some(caller.username.to_string()),
+                    role: Some(caller.role.to_string()),
                 },
             )
             .await;
@@ -1243,6 +1306,7 @@ pub fn router(view: Arc<View>) -> Router {
         corehub: Arc::default(),
         updating: Arc::default(),
         in_flight: Arc::default(),
+        containers: Arc::default(),
     })
 }
 
