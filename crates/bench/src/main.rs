@@ -30,6 +30,7 @@ mod lease;
 
 use std::{
     collections::HashMap,
+    os::unix::process::CommandExt as _,
     process::{Child, Command, Stdio},
     sync::{
         Arc,
@@ -63,6 +64,12 @@ struct Gko {
 
 impl Drop for Gko {
     fn drop(&mut self) {
+        // The whole process group: a profiler of GKO_BENCH_WRAP and GKO under it (killing the profiler
+        // alone left GKO running, answering the next point's metrics on the same port).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -120,6 +127,7 @@ impl Gko {
             .env("GKO_ALLOWED_SECRETS", "corehub-credentials")
             .env("GKO_ALLOWED_COREHUB_URLS", "http://127.0.0.1:*")
             .stdout(stdout)
+            .process_group(0)
             .spawn()?;
         Ok(Gko {
             child,
@@ -275,6 +283,16 @@ async fn wait_for(
     what: &str,
     f: impl Fn(&GluesyncPlatform) -> bool,
 ) -> anyhow::Result<GluesyncPlatform> {
+    wait_every(api, what, f, Duration::from_millis(20)).await
+}
+
+/// [`wait_for`], reading the platform every `every`.
+async fn wait_every(
+    api: &Api<GluesyncPlatform>,
+    what: &str,
+    f: impl Fn(&GluesyncPlatform) -> bool,
+    every: Duration,
+) -> anyhow::Result<GluesyncPlatform> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let g = api.get("gluesync").await?;
@@ -284,7 +302,7 @@ async fn wait_for(
         if Instant::now() > deadline {
             bail!("timed out waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -649,6 +667,9 @@ async fn reaction_hung(runs: usize, normal: Option<&Reaction>) -> anyhow::Result
     Ok(())
 }
 
+/// How often the end of a rollout is looked for, with GKO and without.
+const ROLLOUT_POLL: Duration = Duration::from_millis(5);
+
 /// The time the API server and kwok take to roll out Core Hub's new image, without GKO.
 async fn rollout_without_gko(ns: &TestNamespace, image: &str) -> anyhow::Result<f64> {
     let sts: Api<StatefulSet> = Api::namespaced(ns.client.clone(), &ns.name);
@@ -666,7 +687,7 @@ async fn rollout_without_gko(ns: &TestNamespace, image: &str) -> anyhow::Result<
         if w.ready && w.image == image {
             return Ok(start.elapsed().as_secs_f64());
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(ROLLOUT_POLL).await;
     }
 }
 
@@ -859,7 +880,8 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
         let calls = sim.calls().by_agent.values().sum::<u64>();
         let start = Instant::now();
         let generation = set_version(&api, version).await?;
-        wait_for(&api, "the update", finished(generation)).await?;
+        // Its end is seen as the rollout's without GKO is: a read every ROLLOUT_POLL.
+        wait_every(&api, "the update", finished(generation), ROLLOUT_POLL).await?;
         totals.push(start.elapsed().as_secs_f64());
         corehub_calls.push((sim.calls().by_agent.values().sum::<u64>() - calls) as f64);
         paused.push(

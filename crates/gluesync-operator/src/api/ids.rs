@@ -3,18 +3,21 @@
 //! A Core Hub may run 100,000 pipelines, and the same ids sit in many places at once: the ledger
 //! (`status.pausedPipelines`), the update's asked and resumed lists, the last attempt, the work handed to
 //! the Core Hub worker and what it reports back. A [`PipelineId`] is one shared copy of an id (cloning it
-//! copies a pointer), and a [`PipelineList`] is one shared list (cloning it copies a pointer; changing a
+//! copies a pointer; a thin one, 8 bytes, its length beside the text: every list and set of ids costs half
+//! of what a `&str` or an `Arc<str>` would), and a [`PipelineList`] is one shared list (cloning it copies a pointer; changing a
 //! shared list copies the pointers, never the ids). Both read and write as plain JSON strings and arrays:
 //! the status and the CRD are the same as with `String` and `Vec<String>`.
 
 use std::{borrow::Borrow, fmt, ops::Deref, sync::Arc};
+
+use arcstr::ArcStr;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// One pipeline id, as Core Hub names it.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PipelineId(Arc<str>);
+pub struct PipelineId(ArcStr);
 
 impl PipelineId {
     pub fn as_str(&self) -> &str {
@@ -43,19 +46,19 @@ impl AsRef<str> for PipelineId {
 
 impl From<&str> for PipelineId {
     fn from(s: &str) -> Self {
-        PipelineId(s.into())
+        PipelineId(ArcStr::from(s))
     }
 }
 
 impl From<String> for PipelineId {
     fn from(s: String) -> Self {
-        PipelineId(s.into())
+        PipelineId(ArcStr::from(s))
     }
 }
 
 impl From<&String> for PipelineId {
     fn from(s: &String) -> Self {
-        PipelineId(s.as_str().into())
+        PipelineId(ArcStr::from(s.as_str()))
     }
 }
 
@@ -259,6 +262,40 @@ impl JsonSchema for PipelineList {
     }
 }
 
+/// A set of ids to ask about, made once and only read: the ids sorted, each once, in a list exactly as
+/// long as they are (8 bytes an id: no tree nodes, no hash table, no sort scratch). For 100,000 ids it is
+/// a quarter of a `BTreeSet<&str>` at its peak.
+#[derive(Debug, Default)]
+pub struct IdSet<'a>(Vec<&'a PipelineId>);
+
+impl<'a> IdSet<'a> {
+    /// The set of `ids` (an id given twice is in it once).
+    pub fn new<I>(ids: I) -> Self
+    where
+        I: IntoIterator<Item = &'a PipelineId>,
+        I::IntoIter: Clone,
+    {
+        let ids = ids.into_iter();
+        let mut v = Vec::with_capacity(ids.clone().count());
+        v.extend(ids);
+        v.sort_unstable();
+        v.dedup();
+        IdSet(v)
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        self.0.binary_search_by(|p| p.as_str().cmp(id)).is_ok()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A stable digest of a list of ids (FNV-1a, 64 bits, the same in every build): tells a spilled list's
 /// ConfigMap that matches the status from one left by a failed write, and names what a disaster-recovery
 /// setup made.
@@ -289,6 +326,19 @@ mod tests {
     }
 
     #[test]
+    fn an_id_set_holds_each_id_once() {
+        let ids: Vec<PipelineId> = ["b", "a", "c", "a"]
+            .into_iter()
+            .map(PipelineId::from)
+            .collect();
+        let set = IdSet::new(&ids);
+        assert_eq!(set.len(), 3);
+        assert!(set.contains("a") && set.contains("b") && set.contains("c"));
+        assert!(!set.contains("d") && !set.contains(""));
+        assert!(IdSet::new(&ids[..0]).is_empty());
+    }
+
+    #[test]
     fn a_clone_shares_until_it_changes() {
         let a: PipelineList = ["x", "y", "z"].into_iter().collect();
         let mut b = a.clone();
@@ -300,6 +350,7 @@ mod tests {
         assert_eq!(a, vec!["x", "y", "z"]);
         assert_eq!(b, vec!["x", "z"]);
         // The ids themselves are still one copy each.
-        assert!(Arc::ptr_eq(&a[0].0, &b[0].0));
+        assert!(ArcStr::ptr_eq(&a[0].0, &b[0].0));
+        assert_eq!(std::mem::size_of::<PipelineId>(), 8);
     }
 }

@@ -4,7 +4,7 @@
 //! saw. Every call is made only while this GKO holds the Lease.
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::HashSet,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -15,8 +15,8 @@ use tracing::{info, warn};
 
 use super::CoreHub;
 use crate::{
-    api::ids::PipelineId,
-    update::corehub::{Listing, Report, Target, Work, in_maintenance},
+    api::ids::{IdSet, PipelineId},
+    update::corehub::{Exits, Listing, Report, Target, Work, in_maintenance},
 };
 use crate::{
     background::{Input, lock},
@@ -263,6 +263,8 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         if !to_enter.is_empty() {
             let count = to_enter.len();
             let forget = crate::update::mutated(crate::update::Mutant::ForgetAsked);
+            // Made as large as it will be at once: a table that doubles holds both sizes for a moment.
+            entered.reserve(count);
             let (accepted, error) = send(&env, &client, to_enter, true, |id, _| {
                 if !forget {
                     entered.insert(id);
@@ -278,25 +280,25 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             let report = lock(&input.report);
             // The ids the latest list shows in maintenance mode, and when it was fetched: gathered once,
             // the first time a request is due again (never a scan of the list per id).
-            let mut listed: Option<(jiff::Timestamp, BTreeSet<&str>)> = None;
+            let mut listed: Option<(jiff::Timestamp, IdSet<'_>)> = None;
             let mut still_paused = |id: &str, asked: &Time| {
                 let (at, paused) = listed.get_or_insert_with(|| match &report.listing {
                     Some(Listing {
                         at,
                         result: Ok(list),
                     }) => (at.0, in_maintenance(list)),
-                    _ => (jiff::Timestamp::MIN, BTreeSet::new()),
+                    _ => (jiff::Timestamp::MIN, IdSet::default()),
                 });
                 *at > asked.0 && paused.contains(id)
             };
             work.exit
                 .iter()
-                .filter(|id| match report.exits.get(*id) {
+                .filter(|id| match report.exits.get(id) {
                     None => true,
                     Some(asked) => {
                         jiff::Timestamp::now().duration_since(asked.0).as_secs() as u64
                             >= RESEND_EXIT.as_secs()
-                            && still_paused(id, asked)
+                            && still_paused(id, &asked)
                     }
                 })
                 .cloned()
@@ -306,10 +308,12 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             let count = to_exit.len();
             // Recorded together at the end: the report the engine may hold is copied once, not per id.
             let mut ok = Vec::with_capacity(count);
-            let (accepted, error) =
-                send(&env, &client, to_exit, false, |id, at| ok.push((id, at))).await;
+            let (accepted, error) = send(&env, &client, to_exit, false, |id, at| {
+                ok.push((id, Exits::stamp(&at)))
+            })
+            .await;
             info!(asked = count, accepted, "maintenance exit requests sent");
-            Arc::make_mut(&mut lock(&input.report).exits).extend(ok);
+            lock(&input.report).exits.extend(ok);
             errors = errors.or(error);
         }
 

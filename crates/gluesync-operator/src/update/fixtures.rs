@@ -180,7 +180,7 @@ impl Hub {
         for id in work.exit.iter() {
             if !self.report.exits.contains_key(id) {
                 *self.exits.entry(id.clone()).or_default() += 1;
-                std::sync::Arc::make_mut(&mut self.report.exits).insert(id.clone(), ms(now, 0));
+                self.report.exits.insert(id.clone(), ms(now, 0));
                 self.pipelines.insert(id.clone(), false);
             }
         }

@@ -380,7 +380,7 @@ impl State {
         self.gko.work.as_ref().map_or(vec![], |w| {
             w.exit
                 .iter()
-                .filter(|id| match report.exits.get(*id) {
+                .filter(|id| match report.exits.get(id) {
                     None => true,
                     Some(asked) => {
                         // Sent again when still listed in maintenance mode 15 s after it was accepted.
@@ -422,7 +422,7 @@ impl State {
             s.gko.entered.insert(id.into());
             s.gko.report.entered = s.gko.entered.len();
         } else {
-            std::sync::Arc::make_mut(&mut s.gko.report.exits).insert(id.into(), at);
+            s.gko.report.exits.insert(id.into(), at);
         }
         s
     }
@@ -500,7 +500,7 @@ impl State {
             );
         }
         deadlines.extend(status.late_maintenance.as_ref().map(|l| secs(&l.until)));
-        deadlines.extend(self.gko.report.exits.values().map(|t| secs(t) + 15));
+        deadlines.extend(self.gko.report.exits.values().map(|t| secs(&t) + 15));
         let next = deadlines.into_iter().filter(|d| *d > self.now).min()?;
         if self.late.iter().any(|l| l.by < next) {
             return None;

@@ -12,7 +12,7 @@
 //! pipelines go into `status.lateMaintenance` for `max(drainTimeoutSeconds, 60)` seconds after the drain
 //! gave up; one that shows up in maintenance mode in that time goes back into the ledger and is resumed.
 
-use std::{collections::BTreeSet, time::Duration};
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -20,7 +20,7 @@ use super::{Decision, Mutant, Observed, move_to, mutated, passed, plus, settle_o
 use crate::{
     api::{
         GluesyncPlatform, LateMaintenance, PipelineId, PipelineList, UpdateResult, UpdateStatus,
-        UpdateStep,
+        UpdateStep, ids::IdSet,
     },
     update::corehub::{Listing, Pipeline, Work, in_maintenance},
     update::status::{self, READY, RECONCILING, STALLED},
@@ -147,10 +147,10 @@ pub(super) fn drain(
         return;
     };
     // Each once, in the order Core Hub lists them: an id listed twice is recorded and asked once.
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = std::collections::HashSet::with_capacity(list.len());
     let running: Vec<PipelineId> = list
         .iter()
-        .filter(|p| !p.is_in_maintenance_mode && seen.insert(p.id.as_str()))
+        .filter(|p| !p.is_in_maintenance_mode && seen.insert(&p.id))
         .map(|p| p.id.clone())
         .collect();
     drop(seen);
@@ -184,17 +184,15 @@ pub(super) fn drain(
         );
     }
     // Record every running pipeline before asking Core Hub to pause it.
-    let known: BTreeSet<&str> = d
-        .status
-        .paused_pipelines
-        .iter()
-        .map(PipelineId::as_str)
-        .collect();
-    let new: Vec<PipelineId> = running
-        .iter()
-        .filter(|id| !known.contains(id.as_str()))
-        .cloned()
-        .collect();
+    // (Each set is dropped before the next is made: at 100,000 pipelines they count at the peak.)
+    let new: Vec<PipelineId> = {
+        let known = IdSet::new(&*d.status.paused_pipelines);
+        running
+            .iter()
+            .filter(|id| !known.contains(id))
+            .cloned()
+            .collect()
+    };
     if !new.is_empty() && !mutated(Mutant::PauseBeforeRecord) {
         let more = if d.status.paused_pipelines.is_empty() {
             ""
@@ -212,16 +210,18 @@ pub(super) fn drain(
         d.status.paused_pipelines.extend(new);
     }
     // And in the update's own record, which a GKO taking over reads: asked once, never again.
-    let asked: BTreeSet<&str> = u
-        .step
-        .asked_pipelines()
-        .map(|l| l.iter().map(PipelineId::as_str).collect())
-        .unwrap_or_default();
-    let first: Vec<PipelineId> = running
-        .iter()
-        .filter(|id| !asked.contains(id.as_str()))
-        .cloned()
-        .collect();
+    let first: Vec<PipelineId> = {
+        let asked = u
+            .step
+            .asked_pipelines()
+            .map(|l| IdSet::new(&**l))
+            .unwrap_or_default();
+        running
+            .iter()
+            .filter(|id| !asked.contains(id))
+            .cloned()
+            .collect()
+    };
     if !mutated(Mutant::PauseBeforeRecord)
         && let Some(asked) = u.step.asked_pipelines_mut()
     {
@@ -298,14 +298,15 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<PipelineI
         return vec![];
     };
     let paused = in_maintenance(list);
-    if let Some(late) = &mut d.status.late_maintenance {
-        let owed: BTreeSet<PipelineId> = d.status.paused_pipelines.iter().cloned().collect();
-        let landed: Vec<PipelineId> = late
-            .pipelines
-            .iter()
-            .filter(|id| paused.contains(id.as_str()) && !owed.contains(*id))
-            .cloned()
-            .collect();
+    if let Some(late) = &d.status.late_maintenance {
+        let landed: Vec<PipelineId> = {
+            let owed = IdSet::new(&*d.status.paused_pipelines);
+            late.pipelines
+                .iter()
+                .filter(|id| paused.contains(id) && !owed.contains(id))
+                .cloned()
+                .collect()
+        };
         d.status.paused_pipelines.extend(landed);
     }
     // In maintenance mode, or not: a pipeline Core Hub no longer lists is not in maintenance mode.
