@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench heap heap-write fuzz chaos crd reference model-check cluster-up cluster-down release
+.PHONY: demo test bench heap heap-write fuzz chaos crd reference model-check cluster-up cluster-down release plugin
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -51,6 +51,10 @@ heap:
 ## Write the heap figures of this build into crates/heap/figures.tsv (say why in the commit).
 heap-write:
 	cargo run -q --locked -p gko-heap -- --write crates/heap/figures.tsv
+
+## `kubectl gluesync` for release, packed for krew: target/plugin/ (see docs/kubectl-plugin.md).
+plugin:
+	hack/plugin.sh
 
 ## The release binary the image copies (see Dockerfile): target/release/gluesync-operator.
 release:

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 missing=()
-for tool in openssl:openssl curl:curl flock:util-linux make:make; do
+for tool in openssl:openssl curl:curl flock:util-linux make:make tmux:tmux; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -75,6 +75,18 @@ fn modules_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     printcolumn(name = "Desired", type_ = "string", json_path = ".spec.version"),
     printcolumn(name = "Available", type_ = "string", json_path = ".status.available"),
     printcolumn(
+        name = "Step",
+        type_ = "string",
+        json_path = ".status.update.step",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        priority = 1
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -862,9 +874,21 @@ mod tests {
             .as_ref()
             .unwrap()
             .iter()
-            .map(|c| c.name.to_uppercase())
+            .map(|c| (c.name.to_uppercase(), c.priority.unwrap_or(0)))
             .collect();
-        assert_eq!(columns, ["PHASE", "VERSION", "DESIRED", "AVAILABLE", "AGE"]);
+        // The product docs' columns by default; the step and the message with `-o wide` only.
+        let default: Vec<_> = columns
+            .iter()
+            .filter(|c| c.1 == 0)
+            .map(|c| c.0.as_str())
+            .collect();
+        assert_eq!(default, ["PHASE", "VERSION", "DESIRED", "AVAILABLE", "AGE"]);
+        let wide: Vec<_> = columns
+            .iter()
+            .filter(|c| c.1 == 1)
+            .map(|c| c.0.as_str())
+            .collect();
+        assert_eq!(wide, ["STEP", "MESSAGE"]);
     }
 
     #[test]

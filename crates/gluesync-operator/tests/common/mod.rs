@@ -340,7 +340,11 @@ impl Gko {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gluesync-operator"));
+        // (These helpers are shared with the plugin's tests, which start GKO in-process only.)
+        let Some(binary) = option_env!("CARGO_BIN_EXE_gluesync-operator") else {
+            anyhow::bail!("GKO as a process is started by gluesync-operator's own tests only");
+        };
+        let mut cmd = std::process::Command::new(binary);
         cmd.args([
             "run",
             "--namespace",

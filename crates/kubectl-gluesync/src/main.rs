@@ -1,0 +1,480 @@
+//! `kubectl gluesync`: follow, retry and check GKO's updates of a Gluesync install from the terminal. A
+//! kubectl plugin: kubectl runs `kubectl-gluesync` from the PATH for `kubectl gluesync ...`.
+//!
+//! Exit codes: 0 done (for `status --wait`: the update ended Succeeded), 1 failed or refused (an error, a
+//! refusal, an update that ended otherwise), 2 still running when `status --wait --timeout` gave up.
+
+mod screen;
+
+use std::{
+    io::{IsTerminal, Write},
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::{Context as _, anyhow, bail};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use gluesync_operator::api::{CHECK_NOW_ANNOTATION, GluesyncPlatform, UpdatePolicy, UpdateResult};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Event;
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+    config::KubeConfigOptions,
+    runtime::{WatchStreamExt, watcher},
+};
+
+#[derive(Parser)]
+#[command(
+    name = "kubectl-gluesync",
+    bin_name = "kubectl gluesync",
+    version,
+    about = "Follow, retry and check GKO's updates of a Gluesync install",
+    long_about = "Follow, retry and check GKO's updates of a Gluesync install (a GluesyncPlatform).\n\n\
+        NAME may be left out when the namespace holds one GluesyncPlatform.\n\n\
+        Exit codes: 0 done, 1 failed or refused, 2 still running (status --wait --timeout)."
+)]
+struct Cli {
+    /// The namespace (default: the kubeconfig context's).
+    #[arg(short, long, global = true)]
+    namespace: Option<String>,
+    /// The kubeconfig context (default: the current one).
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// How read commands print: a screen for people, or JSON or YAML for scripts.
+    #[arg(short, long, global = true, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+    Yaml,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The install at a glance: phase, Core Hub and modules, the running update's step and progress.
+    Status {
+        name: Option<String>,
+        /// Follow: one line per change (redrawn in place on a terminal), until Ctrl-C.
+        #[arg(short, long)]
+        watch: bool,
+        /// Return when the running update ends (at once when none runs): 0 Succeeded, 1 otherwise.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds, with exit code 2.
+        #[arg(long, requires = "wait")]
+        timeout: Option<u64>,
+    },
+    /// The last updates, newest first, with their durations.
+    History { name: Option<String> },
+    /// The Kubernetes events of the GluesyncPlatform, oldest first.
+    Events { name: Option<String> },
+    /// Ask for Core Hub VERSION (sets spec.version; refused under updatePolicy gitops).
+    Update {
+        version: String,
+        name: Option<String>,
+    },
+    /// Run the last update again: a new spec.requestID.
+    Retry { name: Option<String> },
+    /// Check the version catalog now (the check-now annotation).
+    Check { name: Option<String> },
+    /// Print the shell completion script.
+    Completion { shell: clap_complete::Shell },
+}
+
+/// An error that is an answer, not a failure of the tool: printed as it is, exit code 1.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            if e.downcast_ref::<Refused>().is_some() {
+                eprintln!("{e}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn client(cli: &Cli) -> anyhow::Result<(Client, String)> {
+    let options = KubeConfigOptions {
+        context: cli.context.clone(),
+        ..Default::default()
+    };
+    let config = match Config::from_kubeconfig(&options).await {
+        Ok(c) => c,
+        Err(kubeconfig) if cli.context.is_none() => Config::incluster()
+            .map_err(|_| anyhow!(kubeconfig))
+            .context("no kubeconfig, and not in a cluster")?,
+        Err(e) => return Err(e).context("reading the kubeconfig"),
+    };
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    Ok((Client::try_from(config)?, namespace))
+}
+
+/// The GluesyncPlatform named, or the only one of the namespace.
+async fn platform(
+    api: &Api<GluesyncPlatform>,
+    namespace: &str,
+    name: Option<&str>,
+) -> anyhow::Result<GluesyncPlatform> {
+    if let Some(n) = name {
+        return match api.get_opt(n).await? {
+            Some(p) => Ok(p),
+            None => {
+                Err(Refused(format!("no GluesyncPlatform {n} in namespace {namespace}")).into())
+            }
+        };
+    }
+    let mut all = api.list(&ListParams::default()).await?.items;
+    match all.len() {
+        1 => Ok(all.remove(0)),
+        0 => Err(Refused(format!(
+            "no GluesyncPlatform in namespace {namespace} (-n names another)"
+        ))
+        .into()),
+        _ => Err(Refused(format!(
+            "{} GluesyncPlatforms in namespace {namespace}: name one ({})",
+            all.len(),
+            all.iter()
+                .map(|p| p.name_any())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into()),
+    }
+}
+
+fn print(output: Output, value: &serde_json::Value) -> anyhow::Result<()> {
+    let text = match output {
+        Output::Yaml => serde_yaml::to_string(value)?,
+        _ => serde_json::to_string_pretty(value)? + "\n",
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Completion { shell } = &cli.command {
+        clap_complete::generate(
+            *shell,
+            &mut Cli::command(),
+            "kubectl-gluesync",
+            &mut std::io::stdout(),
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (client, namespace) = client(&cli).await?;
+    let api: Api<GluesyncPlatform> = Api::namespaced(client.clone(), &namespace);
+    match &cli.command {
+        Command::Status {
+            name,
+            watch,
+            wait,
+            timeout,
+        } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            if *wait {
+                return wait_for_end(&api, gsp, *timeout, cli.output).await;
+            }
+            if *watch {
+                return follow(&api, gsp, cli.output).await;
+            }
+            match cli.output {
+                Output::Text => print!("{}", screen::screen(&gsp, Timestamp::now())),
+                o => print(o, &screen::summary(&gsp, Timestamp::now()))?,
+            }
+        }
+        Command::History { name } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            match cli.output {
+                Output::Text => print!("{}", screen::history(&gsp)),
+                o => print(
+                    o,
+                    &serde_json::to_value(gsp.status.map(|s| s.history).unwrap_or_default())?,
+                )?,
+            }
+        }
+        Command::Events { name } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            events(&client, &namespace, &gsp, cli.output).await?;
+        }
+        Command::Update { version, name } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            update(&api, &gsp, version).await?;
+        }
+        Command::Retry { name } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            let id = format!("kubectl-{}", Timestamp::now().as_second());
+            patch_spec(&api, &gsp, serde_json::json!({"spec": {"requestID": id}})).await?;
+            println!(
+                "gluesyncplatform/{} retried: spec.requestID is {id} (Core Hub {})",
+                gsp.name_any(),
+                gsp.spec.version
+            );
+        }
+        Command::Check { name } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            let at = Timestamp::now().to_string();
+            let patch =
+                serde_json::json!({"metadata": {"annotations": {CHECK_NOW_ANNOTATION: at}}});
+            api.patch(
+                &gsp.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+            println!(
+                "gluesyncplatform/{} asked to check the catalog now ({CHECK_NOW_ANNOTATION}={at})",
+                gsp.name_any()
+            );
+        }
+        Command::Completion { .. } => unreachable!("answered above"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A merge patch of the spec, made only when the resource has not changed since it was read.
+async fn patch_spec(
+    api: &Api<GluesyncPlatform>,
+    gsp: &GluesyncPlatform,
+    mut patch: serde_json::Value,
+) -> anyhow::Result<()> {
+    patch["metadata"] = serde_json::json!({"resourceVersion": gsp.resource_version()});
+    api.patch(
+        &gsp.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| match e {
+        kube::Error::Api(a) if a.code == 409 => {
+            anyhow!(Refused(
+                "the GluesyncPlatform changed while this ran; nothing was written, try again"
+                    .into()
+            ))
+        }
+        kube::Error::Api(a) if a.code == 422 => anyhow!(Refused(format!("refused: {}", a.message))),
+        e => e.into(),
+    })?;
+    Ok(())
+}
+
+async fn update(
+    api: &Api<GluesyncPlatform>,
+    gsp: &GluesyncPlatform,
+    version: &str,
+) -> anyhow::Result<()> {
+    if gsp.spec.update_policy == UpdatePolicy::Gitops {
+        bail!(Refused(format!(
+            "refused: gluesyncplatform/{} has updatePolicy gitops, so Git owns spec.version; change the \
+             version in Git (Argo CD or Flux applies it)",
+            gsp.name_any()
+        )));
+    }
+    if gsp.spec.version == version {
+        bail!(Refused(format!(
+            "gluesyncplatform/{} already asks for Core Hub {version}; `retry` runs that update again",
+            gsp.name_any()
+        )));
+    }
+    patch_spec(api, gsp, serde_json::json!({"spec": {"version": version}})).await?;
+    println!(
+        "gluesyncplatform/{} asks for Core Hub {version} (was {}); follow it with `kubectl gluesync status -w`",
+        gsp.name_any(),
+        gsp.spec.version
+    );
+    Ok(())
+}
+
+/// Has GKO acted on the latest spec, with no update running?
+fn settled(gsp: &GluesyncPlatform) -> bool {
+    gsp.status
+        .as_ref()
+        .is_some_and(|s| s.update.is_none() && s.observed_generation >= gsp.metadata.generation)
+}
+
+/// `status -w`: a line per change, redrawn in place on a terminal.
+async fn follow(
+    api: &Api<GluesyncPlatform>,
+    gsp: GluesyncPlatform,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let terminal = std::io::stdout().is_terminal() && output == Output::Text;
+    let mut last = String::new();
+    let mut show = |gsp: &GluesyncPlatform| -> anyhow::Result<()> {
+        let mut out = std::io::stdout();
+        if output != Output::Text {
+            return print(output, &screen::summary(gsp, Timestamp::now()));
+        }
+        let line = screen::line(gsp, Timestamp::now(), terminal);
+        if terminal {
+            // Cut to the terminal's width: a line that wrapped would leave its first rows behind.
+            let width = terminal_size::terminal_size().map_or(80, |(w, _)| w.0 as usize);
+            let shown: String = line.chars().take(width.saturating_sub(1)).collect();
+            write!(out, "\r\x1b[2K{shown}")?;
+        } else if line != last {
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        last = line;
+        Ok(())
+    };
+    show(&gsp)?;
+    let mut changes = watch(api, &gsp.name_any());
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            next = changes.next() => match next {
+                Some(Ok(p)) => show(&p)?,
+                Some(Err(e)) => eprintln!("\nwatch: {e} (retrying)"),
+                None => break,
+            },
+            // The clocks of the line (step time, deadline) move on between changes.
+            _ = tick.tick(), if terminal => {
+                if let Some(p) = api.get_opt(&gsp.name_any()).await? { show(&p)? }
+            },
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    if terminal {
+        println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn watch(
+    api: &Api<GluesyncPlatform>,
+    name: &str,
+) -> impl futures::Stream<Item = anyhow::Result<GluesyncPlatform>> + use<> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher(api.clone(), config)
+        .default_backoff()
+        .applied_objects()
+        .map(|r| r.map_err(anyhow::Error::from))
+        .boxed()
+}
+
+/// `status --wait`: returns when the update ends (at once when none runs and GKO has seen the spec).
+async fn wait_for_end(
+    api: &Api<GluesyncPlatform>,
+    gsp: GluesyncPlatform,
+    timeout: Option<u64>,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + Duration::from_secs(t));
+    let mut current = gsp;
+    let mut changes = watch(api, &current.name_any());
+    while !settled(&current) {
+        let next = async {
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d, changes.next()).await.ok(),
+                None => Some(changes.next().await),
+            }
+        };
+        match next.await {
+            None => {
+                eprintln!(
+                    "still running after {} s: {}",
+                    timeout.unwrap_or(0),
+                    screen::line(&current, Timestamp::now(), false)
+                );
+                return Ok(ExitCode::from(2));
+            }
+            Some(Some(Ok(p))) => current = p,
+            Some(Some(Err(e))) => eprintln!("watch: {e} (retrying)"),
+            Some(None) => bail!("the watch of the GluesyncPlatform ended"),
+        }
+    }
+    let attempt = current
+        .status
+        .as_ref()
+        .and_then(|s| s.last_attempt.as_ref());
+    match output {
+        Output::Text => match attempt {
+            Some(a) => println!(
+                "{}: {} to {}: {}",
+                current.name_any(),
+                screen::name(&a.result),
+                a.target.as_deref().unwrap_or("modules"),
+                a.message
+            ),
+            None => println!("{}: no update has run", current.name_any()),
+        },
+        o => print(o, &screen::summary(&current, Timestamp::now()))?,
+    }
+    Ok(match attempt.map(|a| &a.result) {
+        Some(UpdateResult::Succeeded) | None => ExitCode::SUCCESS,
+        Some(_) => ExitCode::from(1),
+    })
+}
+
+async fn events(
+    client: &Client,
+    namespace: &str,
+    gsp: &GluesyncPlatform,
+    output: Output,
+) -> anyhow::Result<()> {
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let fields = format!(
+        "involvedObject.kind=GluesyncPlatform,involvedObject.name={}",
+        gsp.name_any()
+    );
+    let mut list = api
+        .list(&ListParams::default().fields(&fields))
+        .await?
+        .items;
+    let when = |e: &Event| {
+        e.last_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .or(e.event_time.as_ref().map(|t| t.0))
+            .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+    };
+    list.sort_by_key(|e| when(e));
+    if output != Output::Text {
+        return print(output, &serde_json::to_value(&list)?);
+    }
+    let rows: Vec<[String; 5]> = list
+        .iter()
+        .map(|e| {
+            [
+                when(e).map_or("-".into(), |t| {
+                    t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+                }),
+                e.type_.clone().unwrap_or_else(|| "-".into()),
+                e.reason.clone().unwrap_or_else(|| "-".into()),
+                e.count.unwrap_or(1).to_string(),
+                e.message.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        screen::table(["LAST SEEN", "TYPE", "REASON", "COUNT", "MESSAGE"], &rows)
+    );
+    Ok(())
+}

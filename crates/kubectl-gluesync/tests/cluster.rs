@@ -1,0 +1,430 @@
+//! `kubectl gluesync` on the local control plane, during real updates of the simulator: what a person
+//! reads (the screen, the piped progress lines), what a script reads (JSON against the status, exit
+//! codes), and each refusal.
+
+#[path = "../../gluesync-operator/tests/common/mod.rs"]
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Output, Stdio},
+    time::Duration,
+};
+
+use common::*;
+use gko_test_support::TestNamespace;
+use gluesync_operator::api::{Phase, UpdateResult};
+use serde_json::json;
+
+/// Runs the plugin in the test's namespace, with the control plane's kubeconfig.
+fn plugin(ns: &TestNamespace, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-gluesync"))
+        .args(["-n", &ns.name])
+        .args(args)
+        .env("KUBECONFIG", &ns.cp.kubeconfig)
+        .output()
+        .expect("the plugin runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> anyhow::Result<()> {
+    let ns = namespace("plugin").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let _gko = Operator::start_with_role(&ns).await?;
+    // Settled, and the catalog read: the screen's phase and "available" stay what the status says.
+    let g = wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
+
+    // The screen at rest: the phase, Core Hub and the modules.
+    let o = plugin(&ns, &["status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let screen = stdout(&o);
+    let status = g.status.clone().unwrap_or_default();
+    assert!(
+        screen.contains(&format!("Phase:      {:?}", status.phase.unwrap())),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("Core Hub:   2.3.2.1 (desired 2.3.2.1, available 2.3.2.2)"),
+        "{screen}"
+    );
+    for c in &status.components {
+        assert!(
+            screen.contains(&c.name),
+            "component {} on the screen: {screen}",
+            c.name
+        );
+    }
+
+    // A drain that lasts (each enter request lands 6 s late), followed from the start by `status -w`, piped.
+    sim.set_faults(gluesync_simulator::Faults {
+        enter_delay_ms: 6_000,
+        ..Default::default()
+    });
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_kubectl-gluesync"))
+        .args(["-n", &ns.name, "status", "-w"])
+        .env("KUBECONFIG", &ns.cp.kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let reader = {
+        let lines = lines.clone();
+        let out = follow.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(l);
+            }
+        })
+    };
+    let o = plugin(&ns, &["update", "2.3.2.2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("asks for Core Hub 2.3.2.2 (was 2.3.2.1)"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        platforms(&ns).get("gluesync").await?.spec.version,
+        "2.3.2.2"
+    );
+
+    // Mid-drain: the JSON says what the status says.
+    let g = wait_for_platform(&ns, "the drain to have asked its pipelines", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.update.as_ref())
+            .is_some_and(|u| u.step.asked_pipelines().is_some_and(|a| !a.is_empty()))
+    })
+    .await?;
+    let o = plugin(&ns, &["status", "-o", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+    let s = g.status.clone().unwrap();
+    let u = s.update.as_ref().unwrap();
+    assert_eq!(j["phase"], "Updating");
+    assert_eq!(j["update"]["step"], "Drain", "{j}");
+    assert_eq!(j["update"]["target"], "2.3.2.2");
+    assert_eq!(
+        j["update"]["pipelines"]["asked"],
+        u.step.asked_pipelines().unwrap().len(),
+        "{j}"
+    );
+    assert_eq!(j["update"]["pipelines"]["paused"], s.paused_pipelines.len());
+    assert_eq!(j["status"]["update"]["step"], "Drain");
+    let o = plugin(&ns, &["-o", "yaml", "status"]);
+    assert!(stdout(&o).contains("step: Drain"), "{}", stdout(&o));
+    let screen = stdout(&plugin(&ns, &["status"]));
+    assert!(screen.contains("Step:       Drain (3 of 8)"), "{screen}");
+    assert!(
+        screen.contains("an update runs: a new version waits for its end"),
+        "{screen}"
+    );
+
+    // A script that waits less than the update: exit code 2, still running.
+    let o = plugin(&ns, &["status", "--wait", "--timeout", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{} {}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("still running after 1 s"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Waiting for the end: exit code 0 and the result.
+    let o = plugin(&ns, &["status", "--wait", "--timeout", "120"]);
+    assert_eq!(o.status.code(), Some(0), "{} {}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("gluesync: Succeeded to 2.3.2.2"),
+        "{}",
+        stdout(&o)
+    );
+    let g = platforms(&ns).get("gluesync").await?;
+    let s = g.status.clone().unwrap();
+    assert_eq!(
+        s.last_attempt.as_ref().unwrap().result,
+        UpdateResult::Succeeded
+    );
+    assert_eq!(s.phase, Some(Phase::Current));
+
+    // What `status -w` printed, piped: appended lines, each different from the one before it, through
+    // the drain to the end.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    follow.kill()?;
+    follow.wait()?;
+    reader.join().unwrap();
+    let lines = lines.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.contains("step 3/8 Drain")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Updating 2.3.2.1 -> 2.3.2.2")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.last().unwrap().starts_with("Current 2.3.2.2"),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.windows(2).all(|w| w[0] != w[1]),
+        "no line twice in a row: {lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains('\r') && !l.contains("\x1b[")),
+        "no redraws in a pipe"
+    );
+
+    // The history and the events of that update.
+    let h = stdout(&plugin(&ns, &["history"]));
+    assert!(
+        h.lines()
+            .nth(1)
+            .is_some_and(|r| r.contains("  2.3.2.1  2.3.2.2  Succeeded  ")),
+        "{h}"
+    );
+    let o = plugin(&ns, &["history", "-o", "json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+    assert_eq!(j, serde_json::to_value(&s.history)?);
+    let e = stdout(&plugin(&ns, &["events"]));
+    for reason in ["PipelinesPaused", "PipelinesResumed"] {
+        assert!(e.contains(reason), "{reason} in the events: {e}");
+    }
+
+    // Refusals: the version asked already, a version the CRD refuses, and Git owning the version.
+    let o = plugin(&ns, &["update", "2.3.2.2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("already asks for Core Hub 2.3.2.2; `retry` runs that update again"),
+        "{}",
+        stderr(&o)
+    );
+    let o = plugin(&ns, &["update", "latest"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).starts_with("refused: "), "{}", stderr(&o));
+    assert_eq!(
+        platforms(&ns).get("gluesync").await?.spec.version,
+        "2.3.2.2",
+        "nothing written"
+    );
+    patch_spec(&ns, json!({"updatePolicy": "gitops"})).await?;
+    let o = plugin(&ns, &["update", "2.3.2.3"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("updatePolicy gitops, so Git owns spec.version"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        platforms(&ns).get("gluesync").await?.spec.version,
+        "2.3.2.2",
+        "nothing written"
+    );
+    assert!(
+        stdout(&plugin(&ns, &["status"])).contains("updatePolicy gitops: Git owns spec.version")
+    );
+
+    // Retry and check write what GKO reads.
+    let o = plugin(&ns, &["retry"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let g = platforms(&ns).get("gluesync").await?;
+    assert!(
+        g.spec
+            .request_id
+            .as_deref()
+            .is_some_and(|r| r.starts_with("kubectl-")),
+        "{:?}",
+        g.spec.request_id
+    );
+    let o = plugin(&ns, &["check"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let g = platforms(&ns).get("gluesync").await?;
+    let asked = g.metadata.annotations.unwrap_or_default()
+        [gluesync_operator::api::CHECK_NOW_ANNOTATION]
+        .clone();
+    wait_for_platform(&ns, "GKO to act on the check-now annotation", |g| {
+        g.status
+            .as_ref()
+            .and_then(|s| s.catalog.as_ref())
+            .and_then(|c| c.observed_check_now.as_deref())
+            == Some(asked.as_str())
+    })
+    .await?;
+
+    // kubectl's own columns: STEP and MESSAGE with -o wide only.
+    let wide = ns.kubectl(&["get", "gsp", "-o", "wide"])?;
+    let header: Vec<&str> = wide
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "PHASE",
+            "VERSION",
+            "DESIRED",
+            "AVAILABLE",
+            "STEP",
+            "MESSAGE",
+            "AGE"
+        ],
+        "{wide}"
+    );
+    let plain = ns.kubectl(&["get", "gsp"])?;
+    let header: Vec<&str> = plain
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "VERSION", "DESIRED", "AVAILABLE", "AGE"],
+        "{plain}"
+    );
+
+    // A namespace without a GluesyncPlatform, and a name that is not there.
+    let o = plugin(&ns, &["status", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!("no GluesyncPlatform nope in namespace {}", ns.name)
+    );
+    Ok(())
+}
+
+/// The text of a tmux pane.
+fn capture(session: &str) -> String {
+    let o = Command::new("tmux")
+        .args(["capture-pane", "-p", "-t", session])
+        .output()
+        .expect("tmux runs");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_terminal_status_w_redraws_one_line() -> anyhow::Result<()> {
+    let ns = namespace("plugin-tty").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let _gko = Operator::start_with_role(&ns).await?;
+    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
+    sim.set_faults(gluesync_simulator::Faults {
+        enter_delay_ms: 4_000,
+        ..Default::default()
+    });
+    // A terminal of 160 columns under tmux (narrower than the drain's line: it is cut, never wrapped), running `kubectl gluesync status -w`.
+    let session = ns.name.clone();
+    let command = format!(
+        "KUBECONFIG={} {} -n {} status -w",
+        ns.cp.kubeconfig.display(),
+        env!("CARGO_BIN_EXE_kubectl-gluesync"),
+        ns.name
+    );
+    let ok = Command::new("tmux")
+        .args([
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "160",
+            "-y",
+            "20",
+            &command,
+        ])
+        .status()?
+        .success();
+    assert!(ok, "tmux starts the plugin");
+    struct Kill(String);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["kill-session", "-t", &self.0])
+                .status();
+        }
+    }
+    let _kill = Kill(session.clone());
+    gko_test_support::eventually(
+        "the plugin's first line",
+        Duration::from_secs(20),
+        || async {
+            Ok(capture(&session)
+                .contains("UpdateAvailable 2.3.2.1")
+                .then_some(()))
+        },
+    )
+    .await?;
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    // In the drain: the line shows the step, with a bar, and it is the only line.
+    let pane = gko_test_support::eventually(
+        "the drain on the screen",
+        Duration::from_secs(30),
+        || async {
+            let pane = capture(&session);
+            Ok(pane.contains("step 3/8 Drain").then_some(pane))
+        },
+    )
+    .await?;
+    let lines: Vec<&str> = pane.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line, redrawn: {pane}");
+    assert!(
+        lines[0].chars().count() < 160,
+        "cut to the terminal's width: {pane}"
+    );
+    assert!(
+        lines[0].contains("pipelines asked into maintenance 20 of 20 [####################]"),
+        "{pane}"
+    );
+    wait_for_platform(&ns, "the update's end", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.update.is_none() && s.version.as_deref() == Some("2.3.2.2"))
+    })
+    .await?;
+    let pane =
+        gko_test_support::eventually("the end on the screen", Duration::from_secs(10), || async {
+            let pane = capture(&session);
+            Ok(pane.contains("Current 2.3.2.2").then_some(pane))
+        })
+        .await?;
+    let lines: Vec<&str> = pane.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "still one line at the end: {pane}");
+    Ok(())
+}
+
+#[test]
+fn completion_scripts_name_the_commands() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kubectl-gluesync"))
+        .args(["completion", "bash"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let script = String::from_utf8_lossy(&o.stdout);
+    for c in ["status", "history", "events", "update", "retry", "check"] {
+        assert!(script.contains(c), "{c}");
+    }
+}
