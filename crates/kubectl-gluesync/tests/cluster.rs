@@ -34,19 +34,32 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> anyhow::Result<()> {
-    let ns = namespace("plugin").await?;
+/// The sample install at Core Hub 2.3.2.1 with the simulator and GKO, settled and with the catalog read
+/// (phase UpdateAvailable: the screen's phase and "available" stay what the status says).
+async fn install(
+    hint: &str,
+) -> anyhow::Result<(
+    TestNamespace,
+    gluesync_simulator::Simulator,
+    Operator,
+    gluesync_operator::api::GluesyncPlatform,
+)> {
+    let ns = namespace(hint).await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
-    let _gko = Operator::start_with_role(&ns).await?;
-    // Settled, and the catalog read: the screen's phase and "available" stay what the status says.
+    let gko = Operator::start_with_role(&ns).await?;
     let g = wait_for_platform(&ns, "phase UpdateAvailable", |g| {
         g.status
             .as_ref()
             .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
     })
     .await?;
+    Ok((ns, sim, gko, g))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> anyhow::Result<()> {
+    let (ns, sim, _gko, g) = install("plugin").await?;
 
     // The screen at rest: the phase, Core Hub and the modules.
     let o = plugin(&ns, &["status"]);
@@ -322,16 +335,7 @@ fn capture(session: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_terminal_status_w_redraws_one_line() -> anyhow::Result<()> {
-    let ns = namespace("plugin-tty").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let _gko = Operator::start_with_role(&ns).await?;
-    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    let (ns, sim, _gko, _) = install("plugin-tty").await?;
     sim.set_faults(gluesync_simulator::Faults {
         enter_delay_ms: 4_000,
         ..Default::default()
