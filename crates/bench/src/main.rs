@@ -65,9 +65,20 @@ struct Gko {
 impl Drop for Gko {
     fn drop(&mut self) {
         // The whole process group: a profiler of GKO_BENCH_WRAP and GKO under it (killing the profiler
-        // alone left GKO running, answering the next point's metrics on the same port).
+        // alone left GKO running, answering the next point's metrics on the same port). GKO alone is
+        // asked to stop first (by its process name), so that a profiler outlives it and writes what it
+        // gathered; whatever still runs after 5 s is killed.
+        let group = self.child.id().to_string();
+        let _ = Command::new("pkill")
+            .args(["-TERM", "-g", &group, "^gluesync-operat"])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .args(["-KILL", "--", &format!("-{group}")])
             .stderr(Stdio::null())
             .status();
         let _ = self.child.kill();
