@@ -343,20 +343,23 @@ async fn follow(
         last = line;
         Ok(())
     };
-    show(&gsp)?;
-    let mut changes = watch(api, &gsp.name_any());
+    let mut current = gsp;
+    show(&current)?;
+    let mut changes = watch(api, &current.name_any());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             next = changes.next() => match next {
-                Some(Ok(p)) => show(&p)?,
+                Some(Ok(p)) => {
+                    current = p;
+                    show(&current)?;
+                }
                 Some(Err(e)) => eprintln!("\nwatch: {e} (retrying)"),
                 None => break,
             },
-            // The clocks of the line (step time, deadline) move on between changes.
-            _ = tick.tick(), if terminal => {
-                if let Some(p) = api.get_opt(&gsp.name_any()).await? { show(&p)? }
-            },
+            // The clocks of the line (step time, deadline) move on between changes: the same object,
+            // drawn again at a later time (the watch brings every change; nothing is read again).
+            _ = tick.tick(), if terminal => show(&current)?,
             _ = tokio::signal::ctrl_c() => break,
         }
     }

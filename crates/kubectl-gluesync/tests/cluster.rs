@@ -34,6 +34,20 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `update VERSION` is refused: exit code 1, `says` on standard error, and the spec's version unchanged.
+async fn refused(ns: &TestNamespace, version: &str, says: &str) -> anyhow::Result<String> {
+    let before = platforms(ns).get("gluesync").await?.spec.version;
+    let o = plugin(ns, &["update", version]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains(says), "{says:?} in {}", stderr(&o));
+    let after = platforms(ns).get("gluesync").await?.spec.version;
+    assert_eq!(
+        after, before,
+        "nothing written by a refused update to {version}"
+    );
+    Ok(stderr(&o))
+}
+
 /// The sample install at Core Hub 2.3.2.1 with the simulator and GKO, settled and with the catalog read
 /// (phase UpdateAvailable: the screen's phase and "available" stay what the status says).
 async fn install(
@@ -220,34 +234,24 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
     }
 
     // Refusals: the version asked already, a version the CRD refuses, and Git owning the version.
-    let o = plugin(&ns, &["update", "2.3.2.2"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("already asks for Core Hub 2.3.2.2; `retry` runs that update again"),
-        "{}",
-        stderr(&o)
-    );
-    let o = plugin(&ns, &["update", "latest"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).starts_with("refused: "), "{}", stderr(&o));
-    assert_eq!(
-        platforms(&ns).get("gluesync").await?.spec.version,
+    refused(
+        &ns,
         "2.3.2.2",
-        "nothing written"
+        "already asks for Core Hub 2.3.2.2; `retry` runs that update again",
+    )
+    .await?;
+    let why = refused(&ns, "latest", "refused: ").await?;
+    assert!(
+        why.starts_with("refused: "),
+        "the API server's reason, said as a refusal: {why}"
     );
     patch_spec(&ns, json!({"updatePolicy": "gitops"})).await?;
-    let o = plugin(&ns, &["update", "2.3.2.3"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("updatePolicy gitops, so Git owns spec.version"),
-        "{}",
-        stderr(&o)
-    );
-    assert_eq!(
-        platforms(&ns).get("gluesync").await?.spec.version,
-        "2.3.2.2",
-        "nothing written"
-    );
+    refused(
+        &ns,
+        "2.3.2.3",
+        "updatePolicy gitops, so Git owns spec.version",
+    )
+    .await?;
     assert!(
         stdout(&plugin(&ns, &["status"])).contains("updatePolicy gitops: Git owns spec.version")
     );
