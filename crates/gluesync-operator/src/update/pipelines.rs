@@ -59,6 +59,16 @@ pub(super) fn sample(ids: &[impl AsRef<str>]) -> String {
     s
 }
 
+/// The ids of `ids` that `list` does not hold, in their order. (The set it makes is gone when it returns:
+/// at 100,000 pipelines two at once would count at the peak.)
+fn not_in(ids: &[PipelineId], list: &[PipelineId]) -> Vec<PipelineId> {
+    let known = IdSet::new(list);
+    ids.iter()
+        .filter(|id| !known.contains(id))
+        .cloned()
+        .collect()
+}
+
 /// The latest list of pipelines of this epoch, fetched at or after `since`.
 fn listing<'a>(obs: &'a Observed, epoch: &str, since: Option<&Time>) -> Option<&'a Listing> {
     (obs.corehub.epoch == epoch)
@@ -184,15 +194,7 @@ pub(super) fn drain(
         );
     }
     // Record every running pipeline before asking Core Hub to pause it.
-    // (Each set is dropped before the next is made: at 100,000 pipelines they count at the peak.)
-    let new: Vec<PipelineId> = {
-        let known = IdSet::new(&*d.status.paused_pipelines);
-        running
-            .iter()
-            .filter(|id| !known.contains(id))
-            .cloned()
-            .collect()
-    };
+    let new = not_in(&running, &d.status.paused_pipelines);
     if !new.is_empty() && !mutated(Mutant::PauseBeforeRecord) {
         let more = if d.status.paused_pipelines.is_empty() {
             ""
@@ -210,18 +212,7 @@ pub(super) fn drain(
         d.status.paused_pipelines.extend(new);
     }
     // And in the update's own record, which a GKO taking over reads: asked once, never again.
-    let first: Vec<PipelineId> = {
-        let asked = u
-            .step
-            .asked_pipelines()
-            .map(|l| IdSet::new(&**l))
-            .unwrap_or_default();
-        running
-            .iter()
-            .filter(|id| !asked.contains(id))
-            .cloned()
-            .collect()
-    };
+    let first = not_in(&running, u.step.asked_pipelines().map_or(&[], |l| &l[..]));
     if !mutated(Mutant::PauseBeforeRecord)
         && let Some(asked) = u.step.asked_pipelines_mut()
     {
