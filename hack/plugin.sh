@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds `kubectl gluesync` for release and packs it as krew installs it: target/plugin/ holds the
-# archive (the binary and the LICENSE) and the manifest deploy/krew/gluesync.yaml.in with its version,
+# archive (the binary and the LICENSE) and the manifest plugins/gluesync.yaml with its version,
 # archive name and sha256 filled in. `make plugin` runs it.
 #
 # Settings: PLUGIN_RELEASE_URL, the folder URL a release serves its archives from (default: this
@@ -22,7 +22,7 @@ release_url=${PLUGIN_RELEASE_URL:-file://$PWD/$out}
 homepage=${PLUGIN_HOMEPAGE:-https://molo17.com}
 sed -e "s/@VERSION@/$version/g" -e "s/@ARCHIVE@/$archive/g" -e "s/@SHA256@/$sha/g" \
   -e "s|@RELEASE_URL@|$release_url|g" -e "s|@HOMEPAGE@|$homepage|g" \
-  deploy/krew/gluesync.yaml.in > "$out/gluesync.yaml"
+  plugins/gluesync.yaml > "$out/gluesync.yaml"
 rm -rf "$out/stage"
 echo "[plugin] $out/$archive ($sha)"
 echo "[plugin] $out/gluesync.yaml: kubectl krew install --manifest=$out/gluesync.yaml --archive=$out/$archive"

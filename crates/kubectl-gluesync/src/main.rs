@@ -4,6 +4,7 @@
 //! Exit codes: 0 done (for `status --wait`: the update ended Succeeded), 1 failed or refused (an error, a
 //! refusal, an update that ended otherwise), 2 still running when `status --wait --timeout` gave up.
 
+mod plan;
 mod screen;
 
 use std::{
@@ -75,6 +76,12 @@ enum Command {
     History { name: Option<String> },
     /// The Kubernetes events of the GluesyncPlatform, oldest first.
     Events { name: Option<String> },
+    /// What an update to VERSION (default: the latest on the channel) would do, decided by GKO's own
+    /// engine on the live objects; changes nothing. Exit code 0 when it would run, 1 when not.
+    Plan {
+        version: Option<String>,
+        name: Option<String>,
+    },
     /// Ask for Core Hub VERSION (sets spec.version; refused under updatePolicy gitops).
     Update {
         version: String,
@@ -201,11 +208,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return wait_for_end(&api, gsp, *timeout, cli.output).await;
             }
             if *watch {
-                return follow(&api, gsp, cli.output).await;
+                return follow(&client, &namespace, &api, gsp, cli.output).await;
             }
-            match cli.output {
-                Output::Text => print!("{}", screen::screen(&gsp, Timestamp::now())),
-                o => print(o, &screen::summary(&gsp, Timestamp::now()))?,
+            {
+                let live = live(&client, &namespace, &gsp).await;
+                match cli.output {
+                    Output::Text => print!("{}", screen::screen(&gsp, Timestamp::now(), &live)),
+                    o => print(o, &screen::summary(&gsp, Timestamp::now(), &live))?,
+                }
             }
         }
         Command::History { name } => {
@@ -221,6 +231,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Events { name } => {
             let gsp = platform(&api, &namespace, name.as_deref()).await?;
             events(&client, &namespace, &gsp, cli.output).await?;
+        }
+        Command::Plan { version, name } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            let plan = plan::make(&client, &namespace, &gsp, version.as_deref()).await?;
+            match cli.output {
+                Output::Text => print!("{}", plan::text(&gsp, &plan)),
+                o => print(o, &plan::json(&gsp, &plan))?,
+            }
+            if !plan::runs(&plan) {
+                return Ok(ExitCode::from(1));
+            }
         }
         Command::Update { version, name } => {
             let gsp = platform(&api, &namespace, name.as_deref()).await?;
@@ -317,20 +338,68 @@ fn settled(gsp: &GluesyncPlatform) -> bool {
         .is_some_and(|s| s.update.is_none() && s.observed_generation >= gsp.metadata.generation)
 }
 
+/// The replicas of the workloads the update rolls now, read from their controllers (none when nothing
+/// rolls, or when they cannot be read: the screen then says what the status says).
+async fn live(client: &Client, namespace: &str, gsp: &GluesyncPlatform) -> screen::Live {
+    use gluesync_operator::api::{ComponentState, WorkloadKind};
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    let mut out = screen::Live::new();
+    let Some(u) = gsp.status.as_ref().and_then(|s| s.update.as_ref()) else {
+        return out;
+    };
+    for c in u.components.iter().filter(|c| {
+        matches!(
+            c.state,
+            ComponentState::Patched | ComponentState::RollingBack
+        )
+    }) {
+        let r = match c.kind {
+            WorkloadKind::StatefulSet => {
+                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+                api.get_opt(&c.name).await.ok().flatten().map(|s| {
+                    let st = s.status.unwrap_or_default();
+                    screen::Replicas {
+                        desired: s.spec.and_then(|x| x.replicas).unwrap_or(1).into(),
+                        updated: st.updated_replicas.unwrap_or(0).into(),
+                        ready: st.ready_replicas.unwrap_or(0).into(),
+                    }
+                })
+            }
+            WorkloadKind::Deployment => {
+                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+                api.get_opt(&c.name).await.ok().flatten().map(|d| {
+                    let st = d.status.unwrap_or_default();
+                    screen::Replicas {
+                        desired: d.spec.and_then(|x| x.replicas).unwrap_or(1).into(),
+                        updated: st.updated_replicas.unwrap_or(0).into(),
+                        ready: st.ready_replicas.unwrap_or(0).into(),
+                    }
+                })
+            }
+        };
+        if let Some(r) = r {
+            out.insert(c.name.clone(), r);
+        }
+    }
+    out
+}
+
 /// `status -w`: a line per change, redrawn in place on a terminal.
 async fn follow(
+    client: &Client,
+    namespace: &str,
     api: &Api<GluesyncPlatform>,
     gsp: GluesyncPlatform,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
     let terminal = std::io::stdout().is_terminal() && output == Output::Text;
     let mut last = String::new();
-    let mut show = |gsp: &GluesyncPlatform| -> anyhow::Result<()> {
+    let mut show = |gsp: &GluesyncPlatform, live: &screen::Live| -> anyhow::Result<()> {
         let mut out = std::io::stdout();
         if output != Output::Text {
-            return print(output, &screen::summary(gsp, Timestamp::now()));
+            return print(output, &screen::summary(gsp, Timestamp::now(), live));
         }
-        let line = screen::line(gsp, Timestamp::now(), terminal);
+        let line = screen::line(gsp, Timestamp::now(), terminal, live);
         if terminal {
             // Cut to the terminal's width: a line that wrapped would leave its first rows behind.
             let width = terminal_size::terminal_size().map_or(80, |(w, _)| w.0 as usize);
@@ -344,7 +413,7 @@ async fn follow(
         Ok(())
     };
     let mut current = gsp;
-    show(&current)?;
+    show(&current, &live(client, namespace, &current).await)?;
     let mut changes = watch(api, &current.name_any());
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -352,14 +421,15 @@ async fn follow(
             next = changes.next() => match next {
                 Some(Ok(p)) => {
                     current = p;
-                    show(&current)?;
+                    show(&current, &live(client, namespace, &current).await)?;
                 }
                 Some(Err(e)) => eprintln!("\nwatch: {e} (retrying)"),
                 None => break,
             },
             // The clocks of the line (step time, deadline) move on between changes: the same object,
-            // drawn again at a later time (the watch brings every change; nothing is read again).
-            _ = tick.tick(), if terminal => show(&current)?,
+            // drawn again at a later time (the watch brings every change). Only the replicas of a
+            // workload that rolls are read again.
+            _ = tick.tick(), if terminal => show(&current, &live(client, namespace, &current).await)?,
             _ = tokio::signal::ctrl_c() => break,
         }
     }
@@ -403,7 +473,7 @@ async fn wait_for_end(
                 eprintln!(
                     "still running after {} s: {}",
                     timeout.unwrap_or(0),
-                    screen::line(&current, Timestamp::now(), false)
+                    screen::line(&current, Timestamp::now(), false, &screen::Live::new())
                 );
                 return Ok(ExitCode::from(2));
             }
@@ -427,7 +497,10 @@ async fn wait_for_end(
             ),
             None => println!("{}: no update has run", current.name_any()),
         },
-        o => print(o, &screen::summary(&current, Timestamp::now()))?,
+        o => print(
+            o,
+            &screen::summary(&current, Timestamp::now(), &screen::Live::new()),
+        )?,
     }
     Ok(match attempt.map(|a| &a.result) {
         Some(UpdateResult::Succeeded) | None => ExitCode::SUCCESS,

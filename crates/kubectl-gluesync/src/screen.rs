@@ -1,8 +1,11 @@
 //! What `kubectl gluesync` prints, computed from a GluesyncPlatform alone (no cluster calls): the status
 //! screen, the one-line progress of `status -w`, the summary `-o json|yaml` prints, and the history table.
 
+use std::collections::BTreeMap;
+
 use gluesync_operator::api::{
-    GluesyncPlatform, GluesyncPlatformStatus, HistoryEntry, PipelineList, UpdateStatus, UpdateStep,
+    ComponentState, GluesyncPlatform, GluesyncPlatformStatus, HistoryEntry, PipelineList,
+    UpdateStatus, UpdateStep,
 };
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -88,10 +91,15 @@ pub fn progress(status: &GluesyncPlatformStatus, u: &UpdateStatus, now: Timestam
 
 /// How long the finished updates took, newest first: the estimate of the next one's time.
 fn typical_seconds(history: &[HistoryEntry]) -> Option<i64> {
-    let mut d: Vec<i64> = history
-        .iter()
-        .filter_map(|h| Some(seconds(h.started_at.as_ref()?.0, h.finished_at.0)))
-        .collect();
+    median(
+        history
+            .iter()
+            .filter_map(|h| Some(seconds(h.started_at.as_ref()?.0, h.finished_at.0)))
+            .collect(),
+    )
+}
+
+fn median(mut d: Vec<i64>) -> Option<i64> {
     if d.is_empty() {
         return None;
     }
@@ -99,13 +107,147 @@ fn typical_seconds(history: &[HistoryEntry]) -> Option<i64> {
     Some(d[d.len() / 2])
 }
 
-/// The end of the running update, estimated from the median duration of the updates in the history.
-pub fn estimate_end(gsp: &GluesyncPlatform, now: Timestamp) -> Option<(i64, Timestamp)> {
+/// The median time of each step, over the past updates that recorded their steps, and how many did.
+pub fn step_medians(history: &[HistoryEntry]) -> (BTreeMap<UpdateStep, i64>, usize) {
+    let with_steps: Vec<&HistoryEntry> = history.iter().filter(|h| !h.steps.is_empty()).collect();
+    let mut times: BTreeMap<UpdateStep, Vec<i64>> = BTreeMap::new();
+    for h in &with_steps {
+        for t in &h.steps {
+            times.entry(t.step).or_default().push(t.seconds);
+        }
+    }
+    let medians = times
+        .into_iter()
+        .filter_map(|(step, d)| Some((step, median(d)?)))
+        .collect();
+    (medians, with_steps.len())
+}
+
+/// The steps an update runs from `from` on (itself included): Core Hub's steps only when it changes;
+/// after a rollback, Resume and Modules.
+fn steps_from(from: UpdateStep, core_hub_changes: bool) -> Vec<UpdateStep> {
+    use UpdateStep::*;
+    let path: &[UpdateStep] = if from == CoreHubRollback {
+        &[CoreHubRollback, Resume, Modules]
+    } else if core_hub_changes {
+        &[Preflight, Snapshot, Drain, CoreHub, Resume, Modules]
+    } else {
+        &[Preflight, Snapshot, Modules]
+    };
+    path.iter().copied().filter(|s| *s >= from).collect()
+}
+
+/// What an update would take, estimated from the steps of past updates: (its whole time, the time its
+/// pipelines stay paused, how many past updates it is made from).
+pub fn estimate_update(
+    history: &[HistoryEntry],
+    core_hub_changes: bool,
+) -> Option<(i64, i64, usize)> {
+    let (medians, n) = step_medians(history);
+    if n == 0 {
+        return None;
+    }
+    let time = |s: &UpdateStep| medians.get(s).copied().unwrap_or(0);
+    let whole = steps_from(UpdateStep::Preflight, core_hub_changes)
+        .iter()
+        .map(time)
+        .sum();
+    let paused = if core_hub_changes {
+        [UpdateStep::Drain, UpdateStep::CoreHub, UpdateStep::Resume]
+            .iter()
+            .map(time)
+            .sum()
+    } else {
+        0
+    };
+    Some((whole, paused, n))
+}
+
+/// How the end of the running update is estimated.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Basis {
+    /// The median time of each step left, over this many past updates.
+    Steps(usize),
+    /// The median time of this many past updates.
+    Updates(usize),
+}
+
+/// The end of the running update, estimated from the times of the same steps in past updates (the
+/// step that runs counts for what is left of its median), else from their whole times.
+pub fn estimate_end(gsp: &GluesyncPlatform, now: Timestamp) -> Option<(i64, Timestamp, Basis)> {
     let status = gsp.status.as_ref()?;
     let u = status.update.as_ref()?;
-    let typical = typical_seconds(&status.history)?;
-    let left = (typical - seconds(u.started_at.0, now)).max(0);
-    Some((left, now + jiff::SignedDuration::from_secs(left)))
+    let (medians, n) = step_medians(&status.history);
+    let (left, basis) = if n > 0 {
+        let step = u.step.name();
+        let in_step = seconds(u.step.since().0, now);
+        let core_hub_changes = u.target.is_some();
+        let left: i64 = steps_from(step, core_hub_changes)
+            .iter()
+            .map(|s| {
+                let m = medians.get(s).copied().unwrap_or(0);
+                if *s == step { (m - in_step).max(0) } else { m }
+            })
+            .sum();
+        (left, Basis::Steps(n))
+    } else {
+        let typical = typical_seconds(&status.history)?;
+        (
+            (typical - seconds(u.started_at.0, now)).max(0),
+            Basis::Updates(status.history.len()),
+        )
+    };
+    Some((left, now + jiff::SignedDuration::from_secs(left), basis))
+}
+
+/// The replicas of a workload as its controller reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Replicas {
+    pub desired: i64,
+    pub updated: i64,
+    pub ready: i64,
+}
+
+/// The replicas of the workloads an update rolls, by name, as read when the screen was drawn.
+pub type Live = BTreeMap<String, Replicas>;
+
+/// The components rolling now (a new image written, or an old one put back, and not yet stable), each
+/// with its replicas when known and the seconds left of its stability window once it began.
+pub fn rolling(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> Vec<String> {
+    let Some(u) = gsp.status.as_ref().and_then(|s| s.update.as_ref()) else {
+        return vec![];
+    };
+    let window = gsp.spec.stability_window_seconds;
+    u.components
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.state,
+                ComponentState::Patched | ComponentState::RollingBack
+            )
+        })
+        .map(|c| {
+            let mut parts = vec![c.name.clone()];
+            if let Some(r) = live.get(&c.name) {
+                parts.push(format!(
+                    "{} of {} replicas updated, {} ready",
+                    r.updated, r.desired, r.ready
+                ));
+            }
+            parts.push(match &c.stable {
+                Some(st) => {
+                    let held = seconds(st.since.0, now);
+                    format!(
+                        "stable for {} of {window} s ({} left)",
+                        held.min(window),
+                        human(window - held)
+                    )
+                }
+                None => "waiting for every replica to run the image and be ready".into(),
+            });
+            parts.join(": ")
+        })
+        .collect()
 }
 
 /// A bar of `width` cells, `done` of `all` filled.
@@ -137,7 +279,7 @@ fn pipelines_part(p: &Progress, bars: bool) -> Option<String> {
 }
 
 /// The one line `status -w` prints per change: phase, versions, step and progress, the message.
-pub fn line(gsp: &GluesyncPlatform, now: Timestamp, bars: bool) -> String {
+pub fn line(gsp: &GluesyncPlatform, now: Timestamp, bars: bool, live: &Live) -> String {
     let Some(status) = &gsp.status else {
         return format!("{}: no status yet (is GKO running?)", name_or(gsp));
     };
@@ -164,7 +306,8 @@ pub fn line(gsp: &GluesyncPlatform, now: Timestamp, bars: bool) -> String {
         }
         parts.push(step);
         parts.extend(pipelines_part(&p, bars));
-        if let Some((left, _)) = estimate_end(gsp, now) {
+        parts.extend(rolling(gsp, now, live));
+        if let Some((left, _, _)) = estimate_end(gsp, now) {
             parts.push(format!("about {} left (estimate)", human(left)));
         }
     }
@@ -216,7 +359,7 @@ pub fn blockers(gsp: &GluesyncPlatform) -> Vec<String> {
 }
 
 /// The status screen.
-pub fn screen(gsp: &GluesyncPlatform, now: Timestamp) -> String {
+pub fn screen(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> String {
     let mut s = String::new();
     let ns = gsp.metadata.namespace.as_deref().unwrap_or("");
     s.push_str(&format!(
@@ -277,12 +420,19 @@ pub fn screen(gsp: &GluesyncPlatform, now: Timestamp) -> String {
         }
         s.push_str(&pipes);
         s.push('\n');
+        for r in rolling(gsp, now, live) {
+            s.push_str(&format!("Rolling:    {r}\n"));
+        }
         match estimate_end(gsp, now) {
-            Some((left, at)) => s.push_str(&format!(
-                "Estimate:   about {} left, ending near {} (the median of {} past updates)\n",
+            Some((left, at, basis)) => s.push_str(&format!(
+                "Estimate:   about {} left, ending near {} ({})\n",
                 human(left),
                 at.strftime("%H:%M:%S UTC"),
-                status.history.len()
+                match basis {
+                    Basis::Steps(n) =>
+                        format!("the median time of each step left, over {n} past updates"),
+                    Basis::Updates(n) => format!("the median of {n} past updates"),
+                }
             )),
             None => s.push_str("Estimate:   none (no finished update in the history)\n"),
         }
@@ -332,7 +482,7 @@ pub fn screen(gsp: &GluesyncPlatform, now: Timestamp) -> String {
 }
 
 /// What `status -o json|yaml` prints: the figures of the screen, and the status itself.
-pub fn summary(gsp: &GluesyncPlatform, now: Timestamp) -> Value {
+pub fn summary(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> Value {
     let status = gsp.status.as_ref();
     let update = status.and_then(|st| {
         st.update.as_ref().map(|u| {
@@ -343,7 +493,8 @@ pub fn summary(gsp: &GluesyncPlatform, now: Timestamp) -> Value {
                 "stepSeconds": p.step_seconds, "updateSeconds": p.update_seconds,
                 "deadlineSeconds": p.deadline_seconds,
                 "pipelines": {"paused": p.paused, "asked": p.asked, "resumed": p.resumed},
-                "estimatedSecondsLeft": estimate_end(gsp, now).map(|(l, _)| l),
+                "estimatedSecondsLeft": estimate_end(gsp, now).map(|(l, _, _)| l),
+                "rolling": rolling(gsp, now, live),
             })
         })
     });
@@ -388,7 +539,7 @@ pub fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String 
 
 /// `history`: newest first, with durations.
 pub fn history(gsp: &GluesyncPlatform) -> String {
-    let rows: Vec<[String; 7]> = gsp
+    let rows: Vec<[String; 8]> = gsp
         .status
         .iter()
         .flat_map(|s| s.history.iter())
@@ -405,6 +556,9 @@ pub fn history(gsp: &GluesyncPlatform) -> String {
                     None => name(&r.via),
                 })
                 .unwrap_or_else(|| "-".into());
+            let paused = estimate_update(std::slice::from_ref(h), true)
+                .filter(|_| h.steps.iter().any(|t| t.step == UpdateStep::Drain))
+                .map_or("-".into(), |(_, p, _)| human(p));
             [
                 h.finished_at
                     .0
@@ -414,6 +568,7 @@ pub fn history(gsp: &GluesyncPlatform) -> String {
                 h.to.clone().unwrap_or_else(|| "-".into()),
                 name(&h.result),
                 took,
+                paused,
                 by,
                 h.message.clone(),
             ]
@@ -421,7 +576,7 @@ pub fn history(gsp: &GluesyncPlatform) -> String {
         .collect();
     table(
         [
-            "FINISHED", "FROM", "TO", "RESULT", "DURATION", "BY", "MESSAGE",
+            "FINISHED", "FROM", "TO", "RESULT", "DURATION", "PAUSED", "BY", "MESSAGE",
         ],
         &rows,
     )
@@ -461,7 +616,7 @@ mod tests {
             ],
         }));
         let now = t("2026-12-03T10:00:40Z");
-        let line = line(&gsp, now, true);
+        let line = line(&gsp, now, true, &Live::new());
         assert!(
             line.starts_with(
                 "Updating 2.3.2.1 -> 2.3.2.2 | step 3/8 Drain 30 s (deadline in 4 min 30 s)"
@@ -476,7 +631,7 @@ mod tests {
             line.contains("about 20 s left (estimate)"),
             "the median of 30, 60 and 120 s, less 40 s: {line}"
         );
-        let screen = screen(&gsp, now);
+        let screen = screen(&gsp, now, &Live::new());
         assert!(
             screen.contains("Step:       Drain (3 of 8), for 30 s, deadline in 4 min 30 s"),
             "{screen}"
@@ -486,7 +641,7 @@ mod tests {
             "{screen}"
         );
         assert!(screen.contains("  - an update runs"), "{screen}");
-        let j = summary(&gsp, now);
+        let j = summary(&gsp, now, &Live::new());
         assert_eq!(j["update"]["pipelines"]["asked"], 300);
         assert_eq!(j["update"]["pipelines"]["paused"], 3);
         assert_eq!(j["update"]["estimatedSecondsLeft"], 20);
@@ -500,7 +655,7 @@ mod tests {
             "update": {"step": "Resume", "since": "2026-12-03T10:00:10Z", "deadline": "2026-12-03T10:05:10Z",
                        "resumedPipelines": ["b", "c", "d"], "generation": 2, "startedAt": "2026-12-03T10:00:00Z"},
         }));
-        let line = line(&gsp, t("2026-12-03T10:00:20Z"), false);
+        let line = line(&gsp, t("2026-12-03T10:00:20Z"), false, &Live::new());
         assert!(line.contains("step 6/8 Resume 10 s"), "{line}");
         assert!(line.contains("pipelines resumed 3 of 4"), "{line}");
         assert!(!line.contains('['), "no bar when asked for none: {line}");
@@ -518,7 +673,7 @@ mod tests {
             "lastAttempt": {"result": "Degraded", "message": "2 pipelines not resumed", "target": "2.3.2.2",
                             "finishedAt": "2026-12-03T10:00:00Z"},
         }));
-        let s = screen(&gsp, t("2026-12-03T10:10:00Z"));
+        let s = screen(&gsp, t("2026-12-03T10:10:00Z"), &Live::new());
         assert!(s.contains("Last attempt: Degraded to 2.3.2.2 at 2026-12-03 10:00:00 UTC: 2 pipelines not resumed"), "{s}");
         assert!(
             s.contains("2 pipelines GKO paused are not resumed yet"),
@@ -529,7 +684,7 @@ mod tests {
             "{s}"
         );
         assert_eq!(
-            line(&gsp, t("2026-12-03T10:10:00Z"), true),
+            line(&gsp, t("2026-12-03T10:10:00Z"), true, &Live::new()),
             "Current 2.3.2.2"
         );
     }
@@ -544,8 +699,70 @@ mod tests {
         let h = history(&gsp);
         let row = h.lines().nth(1).unwrap();
         assert_eq!(
-            row, "2026-12-01 10:01:05 UTC  2.3.2.1  2.3.2.2  Succeeded  1 min 5 s  ui (anna)  ok",
+            row,
+            "2026-12-01 10:01:05 UTC  2.3.2.1  2.3.2.2  Succeeded  1 min 5 s  -       ui (anna)  ok",
             "{h}"
+        );
+    }
+
+    #[test]
+    fn the_estimate_adds_the_steps_left_and_a_rollout_shows_its_replicas_and_window() {
+        let steps = |drain: i64, core: i64| {
+            json!([{"step": "Preflight", "seconds": 1}, {"step": "Snapshot", "seconds": 0},
+                   {"step": "Drain", "seconds": drain}, {"step": "CoreHub", "seconds": core},
+                   {"step": "Resume", "seconds": 5}, {"step": "Modules", "seconds": 30}])
+        };
+        let mut gsp = platform(json!({
+            "phase": "Updating",
+            "update": {"step": "CoreHub", "since": "2026-12-03T10:00:10Z", "deadline": "2026-12-03T10:10:10Z",
+                       "generation": 2, "startedAt": "2026-12-03T10:00:00Z", "from": "2.3.2.1", "target": "2.3.2.2",
+                       "components": [{"name": "core-hub", "type": "core-hub", "kind": "StatefulSet",
+                                       "container": "c", "fromImage": "x:2.3.2.1", "toImage": "x:2.3.2.2",
+                                       "state": "Patched", "stable": {"since": "2026-12-03T10:00:30Z"}}]},
+            "history": [
+                {"result": "Succeeded", "message": "", "startedAt": "2026-12-01T10:00:00Z",
+                 "finishedAt": "2026-12-01T10:02:00Z", "steps": steps(10, 60)},
+                {"result": "Succeeded", "message": "", "startedAt": "2026-11-01T10:00:00Z",
+                 "finishedAt": "2026-11-01T10:03:00Z", "steps": steps(20, 90)},
+                {"result": "Succeeded", "message": "", "startedAt": "2026-10-01T10:00:00Z",
+                 "finishedAt": "2026-10-01T10:03:00Z", "steps": steps(30, 120)},
+            ],
+        }));
+        gsp.spec.stability_window_seconds = 60;
+        let now = t("2026-12-03T10:00:50Z");
+        // CoreHub's median is 90 s, 40 s of it gone; then Resume 5 s and Modules 30 s.
+        let (left, _, basis) = estimate_end(&gsp, now).unwrap();
+        assert_eq!((left, basis), (50 + 5 + 30, Basis::Steps(3)));
+        let live = Live::from([(
+            "core-hub".to_string(),
+            Replicas {
+                desired: 3,
+                updated: 3,
+                ready: 2,
+            },
+        )]);
+        let screen = screen(&gsp, now, &live);
+        assert!(
+            screen.contains(
+                "Rolling:    core-hub: 3 of 3 replicas updated, 2 ready: stable for 20 of 60 s (40 s left)"
+            ),
+            "{screen}"
+        );
+        assert!(
+            screen.contains("the median time of each step left, over 3 past updates"),
+            "{screen}"
+        );
+        // A whole update of the same kind, and the time its pipelines stay paused.
+        let h = &gsp.status.as_ref().unwrap().history;
+        assert_eq!(
+            estimate_update(h, true),
+            Some((1 + 20 + 90 + 5 + 30, 20 + 90 + 5, 3))
+        );
+        assert_eq!(estimate_update(h, false), Some((31, 0, 3)));
+        let row = history(&gsp).lines().nth(1).unwrap().to_string();
+        assert!(
+            row.contains("Succeeded  2 min     1 min 15 s"),
+            "the newest update's Drain, CoreHub and Resume: {row}"
         );
     }
 

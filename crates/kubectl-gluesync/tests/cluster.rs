@@ -96,6 +96,71 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
         );
     }
 
+    // The plan, before anything runs: GKO's engine on the live objects, nothing written.
+    let before = platforms(&ns).get("gluesync").await?;
+    let o = plugin(&ns, &["plan", "-o", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{} {}", stdout(&o), stderr(&o));
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout)?;
+    assert_eq!(
+        plan["version"], "2.3.2.2",
+        "the latest on the channel: {plan}"
+    );
+    assert_eq!(plan["verdict"]["result"], "runs", "{plan}");
+    assert_eq!(
+        plan["pipelines"]["toPause"], 20,
+        "the 20 running pipelines of the simulator: {plan}"
+    );
+    assert_eq!(plan["pipelines"]["inMaintenanceAlready"], 1, "{plan}");
+    assert_eq!(
+        plan["order"],
+        json!(["gluesync-gluesync-core-hub", "gluesync-gluesync-chronos"]),
+        "Core Hub first, then the module the catalog moves: {plan}"
+    );
+    let after = platforms(&ns).get("gluesync").await?;
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "a plan writes nothing"
+    );
+    let text = stdout(&plugin(&ns, &["plan", "2.3.2.2"]));
+    for says in [
+        "Verdict:    the update would run",
+        "Pipelines:  20 running would be put into maintenance mode (1 in maintenance mode already stay as they are)",
+        "update policy ui: `kubectl gluesync update 2.3.2.2`",
+        "drain timeout: every running pipeline must reach maintenance mode within 5 min",
+        "GKO's settings: unknown (no GKO Deployment is labelled in this namespace)",
+        "Nothing was changed.",
+    ] {
+        assert!(text.contains(says), "{says:?} in {text}");
+    }
+    assert!(
+        text.contains("molo17/gluesync-core-hub:2.3.2.1")
+            && text.contains("molo17/gluesync-core-hub:2.3.2.2"),
+        "{text}"
+    );
+    // A version the catalog does not know: refused by Preflight, exit code 1, nothing written.
+    let o = plugin(&ns, &["plan", "2.9.0.0"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("refused by Preflight: Core Hub 2.9.0.0 is not in the version catalog"),
+        "{}",
+        stdout(&o)
+    );
+    let o = plugin(&ns, &["plan", "2.3.2.1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("no update would start: nothing to change"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        platforms(&ns)
+            .get("gluesync")
+            .await?
+            .metadata
+            .resource_version,
+        before.metadata.resource_version
+    );
+
     // A drain that lasts (each enter request lands 6 s late), followed from the start by `status -w`, piped.
     sim.set_faults(gluesync_simulator::Faults {
         enter_delay_ms: 6_000,
@@ -184,6 +249,28 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
         UpdateResult::Succeeded
     );
     assert_eq!(s.phase, Some(Phase::Current));
+    // What the plan announced is what happened: the images, the order, the pipelines paused.
+    let attempt = s.last_attempt.as_ref().unwrap();
+    assert_eq!(attempt.paused_pipelines.len(), 20);
+    for c in plan["components"].as_array().unwrap() {
+        let kind = c["kind"].as_str().unwrap();
+        let name = c["name"].as_str().unwrap();
+        let now = image_of(&ns, kind, name).await?;
+        let expected = c["toImage"].as_str().or(c["fromImage"].as_str()).unwrap();
+        assert_eq!(now, expected, "{name}: the plan said {c}");
+    }
+    // The history records each step's time, and the history table the time the pipelines were paused.
+    use gluesync_operator::api::UpdateStep::*;
+    assert_eq!(
+        s.history[0]
+            .steps
+            .iter()
+            .map(|t| t.step)
+            .collect::<Vec<_>>(),
+        [Preflight, Snapshot, Drain, CoreHub, Resume, Modules]
+    );
+    let drain = s.history[0].steps.iter().find(|t| t.step == Drain).unwrap();
+    assert!(drain.seconds >= 5, "each enter lands 6 s late: {drain:?}");
 
     // What `status -w` printed, piped: appended lines, each different from the one before it, through
     // the drain to the end.

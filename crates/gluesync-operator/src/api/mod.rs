@@ -410,6 +410,9 @@ pub struct UpdateStatus {
     /// Pipelines taken out of maintenance mode so far.
     #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
     pub resumed_pipelines: PipelineList,
+    /// The steps that ended, in the order they ran, with how long each took.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepTime>,
     /// How the update is going to end, once that is known before the end (Refused, Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<Outcome>,
@@ -454,7 +457,18 @@ pub struct Outcome {
 ///
 /// Its variants' names, without their data, are [`UpdateStep`] (generated from this enum, in order).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, strum::EnumDiscriminants)]
-#[strum_discriminants(name(UpdateStep), derive(PartialOrd, Ord, Hash, strum::VariantNames))]
+#[strum_discriminants(
+    name(UpdateStep),
+    derive(
+        PartialOrd,
+        Ord,
+        Hash,
+        strum::VariantNames,
+        Serialize,
+        Deserialize,
+        JsonSchema
+    )
+)]
 #[serde(tag = "step")]
 pub enum Step {
     /// Checking the request; waits for the catalog's answer until `deadline`.
@@ -805,6 +819,20 @@ pub struct HistoryEntry {
     /// The image of each component before the update, by component name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub previous_images: BTreeMap<String, String>,
+    /// Its steps, in the order they ran, with how long each took: what the estimates of the next
+    /// update's time are made of.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepTime>,
+}
+
+/// How long one step of an update took.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StepTime {
+    pub step: UpdateStep,
+    /// From its start to the start of the step after it, in whole seconds (the status keeps its times
+    /// to the second).
+    pub seconds: i64,
 }
 
 /// One managed workload.

@@ -166,6 +166,7 @@ pub(super) fn finish(
             .iter()
             .map(|c| (c.name.clone(), c.from_image.clone()))
             .collect(),
+        steps: u.steps.clone(),
     };
     let mut status = d.status.clone();
     status.update = None;

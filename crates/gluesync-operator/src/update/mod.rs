@@ -20,6 +20,7 @@ mod model;
 mod mutants;
 mod pipelines;
 mod plan;
+pub mod preview;
 mod rollout;
 mod selfupdate;
 #[cfg(test)]
@@ -243,8 +244,18 @@ fn move_to(
     now: &Time,
     d: &mut Decision,
 ) {
-    u.step = step(gsp, next, now);
+    enter(gsp, u, next, now);
     d.again = true;
+}
+
+/// The update leaves its step for `next`: the step that ends goes into `status.update.steps` with its
+/// time.
+fn enter(gsp: &GluesyncPlatform, u: &mut UpdateStatus, next: UpdateStep, now: &Time) {
+    u.steps.push(crate::api::StepTime {
+        step: u.step.name(),
+        seconds: millis(u.step.since(), now) / 1000,
+    });
+    u.step = step(gsp, next, now);
 }
 
 /// Sets the outcome the update will end with, unless one is already known.
@@ -350,7 +361,7 @@ fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time,
             crate::api::Reason::UpdateCancelled,
             format!("{why}: stopping the update during {:?}", u.step.name()),
         );
-        u.step = step(gsp, next, now);
+        enter(gsp, u, next, now);
     }
 }
 

@@ -92,6 +92,7 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
         generation: gsp.metadata.generation.unwrap_or(0),
         started_at: obs.now.clone(),
         components: vec![],
+        steps: vec![],
         resumed_pipelines: PipelineList::new(),
         outcome: None,
         previous_phase: previous.phase,

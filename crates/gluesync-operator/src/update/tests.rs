@@ -487,6 +487,17 @@ fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
         UpdateResult::Degraded
     );
     assert_eq!(s.paused_pipelines, ["a", "b"]);
+    // The history says how long each step took: Resume waited out its 30 s deadline.
+    let steps = &s.history[0].steps;
+    assert_eq!(
+        steps.iter().map(|t| t.step).collect::<Vec<_>>(),
+        [Preflight, Snapshot, Drain, CoreHub, Resume, Modules]
+    );
+    let resume = steps.iter().find(|t| t.step == Resume).unwrap().seconds;
+    assert!((30..=32).contains(&resume), "{steps:?}");
+    let whole = s.history[0].finished_at.0.as_second()
+        - s.history[0].started_at.as_ref().unwrap().0.as_second();
+    assert!(steps.iter().map(|t| t.seconds).sum::<i64>() <= whole);
     // Between updates, GKO keeps at it, and says so.
     let d = world.step(&mut g, 72);
     assert!(d.corehub.as_ref().is_some_and(|w| w.exit.len() == 2));
@@ -789,6 +800,7 @@ fn history_keeps_the_newest_ten() {
         started_at: None,
         finished_at: at(-100),
         previous_images: Default::default(),
+        steps: vec![],
     };
     g.status = Some(GluesyncPlatformStatus {
         history: (0..10).map(entry).collect(),
@@ -1457,4 +1469,133 @@ fn a_ui_request_naming_components_moves_only_those() {
     let g = request("[]");
     assert!(planned(&g, "chronos").to_image.is_some());
     assert!(planned(&g, "gluesync-operator").to_image.is_some());
+}
+
+/// The preview of an update to `version` on `world` at second `now`, with the catalog's answer when
+/// the engine asks for one (as `kubectl gluesync plan` does).
+fn previewed(g: &GluesyncPlatform, world: &World, version: &str, now: i64) -> preview::Preview {
+    let list: Vec<Pipeline> = world
+        .hub
+        .pipelines
+        .iter()
+        .map(|(id, m)| Pipeline {
+            id: id.clone(),
+            is_in_maintenance_mode: *m,
+        })
+        .collect();
+    let pipelines = Some(Ok(std::sync::Arc::new(list)));
+    let mut answer = None;
+    for _ in 0..2 {
+        let obs = Observed {
+            now: at(now),
+            workloads: &world.workloads,
+            corehub: &world.hub.report,
+            catalog: answer.as_ref(),
+            target: Some(World::target()),
+            access_problem: world.access.clone(),
+            me: None,
+            dr: Default::default(),
+        };
+        let p = preview::preview(g, version, &obs, pipelines.clone());
+        let preview::Verdict::NeedsCatalog(check) = &p.verdict else {
+            return p;
+        };
+        answer = Some(catalog::Answer {
+            token: check.token.clone(),
+            at: at(now),
+            result: world.catalog.clone().ok_or("no catalog".to_string()),
+        });
+    }
+    panic!("the preview asked the catalog twice")
+}
+
+#[test]
+fn the_preview_is_the_plan_the_update_then_follows() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    g.metadata.finalizers = None;
+    let mut world = World::new(Some(catalog()), Hub::new(&["a", "b", "c"], &["kept"]));
+    world.step(&mut g, 0);
+    let before = g.clone();
+    let p = previewed(&g, &world, "2.3.2.2", 1);
+    assert_eq!(
+        p.verdict,
+        preview::Verdict::Runs { next: Drain },
+        "{:?}",
+        p.messages
+    );
+    assert_eq!(g, before, "a preview changes nothing");
+    assert_eq!(p.pause, Ok(vec!["a".into(), "b".into(), "c".into()]));
+    assert_eq!(p.kept, Some(1));
+    let planned_then = p.update.unwrap().components;
+    // The update that follows: the same plan, the same pipelines paused.
+    g.spec.version = "2.3.2.2".into();
+    g.metadata.generation = Some(3);
+    world.until(&mut g, 1, Drain);
+    // Asked for the list of pipelines, then recorded them.
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(update(&g).components, planned_then);
+    assert_eq!(status(&g).paused_pipelines, ["a", "b", "c"]);
+    assert!(
+        planned_then.iter().any(|c| c.name == "chronos"
+            && c.to_image.as_deref() == Some("molo17/gluesync-chronos:0.3.3"))
+    );
+}
+
+#[test]
+fn the_preview_says_what_refuses_or_holds_an_update() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.step(&mut g, 0);
+    match previewed(&g, &world, "2.4.0.0", 1).verdict {
+        preview::Verdict::Refused(why) => {
+            assert!(why.contains("not in the version catalog"), "{why}")
+        }
+        v => panic!("{v:?}"),
+    }
+    match previewed(&g, &world, "2.3.2.1", 1).verdict {
+        preview::Verdict::NotStarted(why) => {
+            assert!(why.starts_with("nothing to change"), "{why}")
+        }
+        v => panic!("{v:?}"),
+    }
+    // Only a module moves: nothing is paused.
+    let p = previewed(
+        &platform(serde_json::json!({"version": "2.3.2.1", "modules": {"chronos": "0.3.3"}})),
+        &world,
+        "2.3.2.1",
+        1,
+    );
+    assert_eq!(p.verdict, preview::Verdict::Runs { next: Modules });
+    assert_eq!(p.pause, Ok(vec![]));
+    // An update that runs holds the next one.
+    g.spec.version = "2.3.2.2".into();
+    g.metadata.generation = Some(3);
+    world.until(&mut g, 1, Drain);
+    match previewed(&g, &world, "2.3.2.3", 2).verdict {
+        preview::Verdict::NotStarted(why) => {
+            assert!(why.contains("runs now (step Drain)"), "{why}")
+        }
+        v => panic!("{v:?}"),
+    }
+    // Core Hub that cannot be listed: the count is unknown, and why is said.
+    let obs = Observed {
+        now: at(5),
+        workloads: &world.workloads,
+        corehub: &world.hub.report,
+        catalog: None,
+        target: Some(World::target()),
+        access_problem: None,
+        me: None,
+        dr: Default::default(),
+    };
+    let offline = platform(serde_json::json!({"version": "2.3.2.1", "catalog": {"offline": true}}));
+    let p = preview::preview(
+        &offline,
+        "2.3.2.2",
+        &obs,
+        Some(Err("connection refused".into())),
+    );
+    assert_eq!(p.verdict, preview::Verdict::Runs { next: Drain });
+    assert_eq!(p.pause, Err("connection refused".into()));
 }
