@@ -450,7 +450,7 @@ pub fn text(gsp: &GluesyncPlatform, plan: &Plan) -> String {
                 "Pipelines:  {} running would be put into maintenance mode{}\n",
                 ids.len(),
                 kept.filter(|k| *k > 0)
-                    .map(|k| format!(" ({k} in maintenance mode already stay as they are)"))
+                    .map(|k| format!(" ({k} already in maintenance mode: left as they are)"))
                     .unwrap_or_default()
             ),
             (Err(why), _) => format!("Pipelines:  unknown: {why}\n"),

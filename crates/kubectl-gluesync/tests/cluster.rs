@@ -124,7 +124,7 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
     let text = stdout(&plugin(&ns, &["plan", "2.3.2.2"]));
     for says in [
         "Verdict:    the update would run",
-        "Pipelines:  20 running would be put into maintenance mode (1 in maintenance mode already stay as they are)",
+        "Pipelines:  20 running would be put into maintenance mode (1 already in maintenance mode: left as they are)",
         "update policy ui: `kubectl gluesync update 2.3.2.2`",
         "drain timeout: every running pipeline must reach maintenance mode within 5 min",
         "GKO's settings: unknown (no GKO Deployment is labelled in this namespace)",
@@ -302,6 +302,31 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
             .iter()
             .all(|l| !l.contains('\r') && !l.contains("\x1b[")),
         "no redraws in a pipe"
+    );
+
+    // A plan made after it estimates the next update from its steps.
+    sim.set_catalog(
+        "gluesync-core-hub",
+        gluesync_simulator::CatalogEntry::all("2.3.2.3"),
+    );
+    let o = plugin(&ns, &["plan"]);
+    assert_eq!(o.status.code(), Some(0), "{} {}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("Core Hub 2.3.2.2 -> 2.3.2.3 (the latest on the ga channel)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pipelines paused about") && text.contains("over 1 past updates"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the drain took"),
+        "the drain's time in its check: {text}"
+    );
+    sim.set_catalog(
+        "gluesync-core-hub",
+        gluesync_simulator::CatalogEntry::all("2.3.2.2"),
     );
 
     // The history and the events of that update.
