@@ -13,6 +13,9 @@
 --   a generation GKO has not seen     Progressing  right after a sync changed the spec
 --   Stalled=True                      Degraded     "<reason>: <message>": a failed, degraded or refused
 --                                                  update, or a spec or install GKO cannot work on
+--   Reconciling=True, reason          Suspended    "<reason>: <message>": an update waits for a person's
+--     WaitingForApproval or                        approval or for a maintenance window, nothing paused
+--     WaitingForMaintenanceWindow                  or changed (as Argo CD's own paused resources show)
 --   Reconciling=True                  Progressing  "<reason>: <message>", and during an update
 --                                                  "(<from> → <target>, step <step>)"
 --   Ready=True                        Healthy      "Running <version> (update policy <policy>)", and
@@ -20,7 +23,6 @@
 --   Ready=Unknown                     Progressing  the Ready message
 --   Ready=False, neither of the above Degraded     "<reason>: <message>" (GKO never writes this)
 --   no Ready condition                Progressing
--- Suspended is never returned: a GluesyncPlatform cannot be paused.
 --
 -- Base Lua 5.1 only (ipairs, next, type, tostring, ..), so resource.customizations.useOpenLibs can stay
 -- off. Every table is checked before it is read, so an unexpected shape never raises an error.
@@ -119,6 +121,12 @@ if isTrue(stalled) then
 end
 
 local reconciling = condition(conditions, "Reconciling")
+local waitingFor = text(field(reconciling, "reason"))
+if isTrue(reconciling) and (waitingFor == "WaitingForApproval" or waitingFor == "WaitingForMaintenanceWindow") then
+  hs.status = "Suspended"
+  hs.message = explain(reconciling, "Reconciling")
+  return hs
+end
 if isTrue(reconciling) then
   hs.status = "Progressing"
   hs.message = explain(reconciling, "Reconciling") .. progress(field(status, "update"))

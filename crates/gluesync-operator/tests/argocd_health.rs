@@ -600,6 +600,43 @@ fn fixtures() -> Vec<Fixture> {
         "Progressing",
         "Spec generation 2 not yet observed (observed 1)",
     ));
+    // The two waits for a person or a time, as GKO's engine decides them: Suspended.
+    let mut g = platform("2.3.2.2", 2);
+    g.status = idle(platform("2.3.2.1", 1), &kit("2.3.2.1")).status;
+    g.spec.approval = gluesync_operator::api::Approval::Manual;
+    g.spec.catalog.offline = true;
+    g.metadata.finalizers = Some(vec![gluesync_operator::api::FINALIZER.into()]);
+    for _ in 0..4 {
+        g = decided(&g, &kit("2.3.2.1"));
+    }
+    assert_eq!(
+        g.status
+            .as_ref()
+            .and_then(|s| s.update.as_ref())
+            .map(|u| u.step.name()),
+        Some(gluesync_operator::api::UpdateStep::Waiting)
+    );
+    out.push(fixture(
+        "waiting for approval",
+        &g,
+        "Suspended",
+        "WaitingForApproval: waiting for approval of the update to 2.3.2.2 (nothing is paused or \
+         changed): `kubectl gluesync approve`, or the annotation \
+         gluesync.molo17.com/approve=generation-2; refused after 1440 minutes",
+    ));
+    let mut g = platform("2.3.2.2", 2);
+    g.status = idle(platform("2.3.2.1", 1), &kit("2.3.2.1")).status;
+    g.spec.maintenance_windows = serde_json::from_value(json!([
+        {"days": ["Sat"], "start": "22:00", "durationMinutes": 120, "timeZone": "Europe/Rome"}
+    ]))
+    .expect("a window");
+    out.push(fixture(
+        "waiting for a maintenance window",
+        &decided(&g, &kit("2.3.2.1")),
+        "Suspended",
+        "WaitingForMaintenanceWindow: the update to Core Hub 2.3.2.2 waits for the maintenance window \
+         at 2026-09-05 20:00 UTC (Sat 22:00 Europe/Rome)",
+    ));
     out.push(fixture(
         "Stalled and Reconciling both True (contract breach)",
         &current_with(vec![

@@ -87,6 +87,8 @@ enum Command {
         version: String,
         name: Option<String>,
     },
+    /// Approve the update that waits for its approval (approval: manual): the approve annotation.
+    Approve { name: Option<String> },
     /// Run the last update again: a new spec.requestID.
     Retry { name: Option<String> },
     /// Check the version catalog now (the check-now annotation).
@@ -247,6 +249,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let gsp = platform(&api, &namespace, name.as_deref()).await?;
             update(&api, &gsp, version).await?;
         }
+        Command::Approve { name } => {
+            let gsp = platform(&api, &namespace, name.as_deref()).await?;
+            approve(&api, &gsp).await?;
+        }
         Command::Retry { name } => {
             let gsp = platform(&api, &namespace, name.as_deref()).await?;
             let id = format!("kubectl-{}", Timestamp::now().as_second());
@@ -327,6 +333,57 @@ async fn update(
         "gluesyncplatform/{} asks for Core Hub {version} (was {}); follow it with `kubectl gluesync status -w`",
         gsp.name_any(),
         gsp.spec.version
+    );
+    Ok(())
+}
+
+/// Writes the approve annotation with the waiting update's approvalID, only when the resource has not
+/// changed since it was read (a new spec makes a new plan, which needs its own look).
+async fn approve(api: &Api<GluesyncPlatform>, gsp: &GluesyncPlatform) -> anyhow::Result<()> {
+    use gluesync_operator::api::{APPROVE_ANNOTATION, Approval, UpdateStep};
+    let name = gsp.name_any();
+    let update = gsp.status.as_ref().and_then(|s| s.update.as_ref());
+    let id = match update {
+        _ if gsp.spec.approval == Approval::Automatic => bail!(Refused(format!(
+            "refused: gluesyncplatform/{name} has approval automatic: its updates need no approval"
+        ))),
+        None => bail!(Refused(format!(
+            "refused: no update of gluesyncplatform/{name} runs, so none waits for approval"
+        ))),
+        Some(u) => match &u.approval_id {
+            Some(id) if gsp.annotations().get(APPROVE_ANNOTATION) == Some(id) => {
+                bail!(Refused(format!(
+                    "gluesyncplatform/{name}: the update to {} is approved already ({id})",
+                    u.target.as_deref().unwrap_or("new modules")
+                )))
+            }
+            Some(id) if u.step.name() <= UpdateStep::Waiting => id.clone(),
+            _ => bail!(Refused(format!(
+                "refused: the update of gluesyncplatform/{name} is past its approval (step {:?})",
+                u.step.name()
+            ))),
+        },
+    };
+    let patch = serde_json::json!({"metadata": {
+        "annotations": {APPROVE_ANNOTATION: id},
+        "resourceVersion": gsp.resource_version(),
+    }});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(a) if a.code == 409 => anyhow!(Refused(
+                "the GluesyncPlatform changed while this ran (its plan may be new): nothing was \
+                 written; look at `kubectl gluesync plan` and try again"
+                    .into()
+            )),
+            e => e.into(),
+        })?;
+    let target = update
+        .and_then(|u| u.target.clone())
+        .unwrap_or_else(|| "new modules".into());
+    println!(
+        "gluesyncplatform/{name}: the update to {target} is approved ({APPROVE_ANNOTATION}={id}); \
+         follow it with `kubectl gluesync status -w`"
     );
     Ok(())
 }

@@ -419,6 +419,9 @@ pub fn text(gsp: &GluesyncPlatform, plan: &Plan) -> String {
         plan.version
     ));
     s.push_str(&format!("Verdict:    {}\n", verdict_text(plan).1));
+    for w in &p.waits {
+        s.push_str(&format!("Waits:      {w}\n"));
+    }
     if let Some(u) = &p.update
         && !u.components.is_empty()
     {
@@ -545,6 +548,7 @@ pub fn json(gsp: &GluesyncPlatform, plan: &Plan) -> Value {
         "drainTimeoutSeconds": gsp.spec.drain_timeout_seconds,
         "estimate": estimate,
         "messages": p.messages,
+        "waits": p.waits,
         "changed": false,
     })
 }

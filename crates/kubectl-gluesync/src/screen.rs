@@ -7,6 +7,7 @@ use gluesync_operator::api::{
     ComponentState, GluesyncPlatform, GluesyncPlatformStatus, HistoryEntry, PipelineList,
     UpdateStatus, UpdateStep,
 };
+use gluesync_operator::update::gate;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -45,11 +46,16 @@ pub fn human(secs: i64) -> String {
     }
 }
 
-/// A step's name, and its place among the steps of an update (1-based) and their number.
-fn place(step: UpdateStep) -> (String, usize, usize) {
+/// A step's name, and its place among the steps of an update (1-based) and their number. `Waiting` is
+/// one of them only when the spec has a gate (an approval, maintenance windows) or the update waits.
+fn place(step: UpdateStep, gated: bool) -> (String, usize, usize) {
     use strum::VariantNames;
     let name = format!("{step:?}");
-    let all = UpdateStep::VARIANTS;
+    let all: Vec<&str> = UpdateStep::VARIANTS
+        .iter()
+        .copied()
+        .filter(|s| gated || step == UpdateStep::Waiting || *s != "Waiting")
+        .collect();
     let at = all.iter().position(|s| *s == name).map_or(0, |i| i + 1);
     (name, at, all.len())
 }
@@ -71,8 +77,13 @@ pub struct Progress {
     pub resumed: i64,
 }
 
-pub fn progress(status: &GluesyncPlatformStatus, u: &UpdateStatus, now: Timestamp) -> Progress {
-    let (step, step_number, steps) = place(u.step.name());
+pub fn progress(
+    status: &GluesyncPlatformStatus,
+    u: &UpdateStatus,
+    now: Timestamp,
+    gated: bool,
+) -> Progress {
+    let (step, step_number, steps) = place(u.step.name(), gated);
     Progress {
         step,
         step_number,
@@ -99,69 +110,8 @@ fn typical_seconds(history: &[HistoryEntry]) -> Option<i64> {
     )
 }
 
-fn median(mut d: Vec<i64>) -> Option<i64> {
-    if d.is_empty() {
-        return None;
-    }
-    d.sort_unstable();
-    Some(d[d.len() / 2])
-}
-
-/// The median time of each step, over the past updates that recorded their steps, and how many did.
-pub fn step_medians(history: &[HistoryEntry]) -> (BTreeMap<UpdateStep, i64>, usize) {
-    let with_steps: Vec<&HistoryEntry> = history.iter().filter(|h| !h.steps.is_empty()).collect();
-    let mut times: BTreeMap<UpdateStep, Vec<i64>> = BTreeMap::new();
-    for h in &with_steps {
-        for t in &h.steps {
-            times.entry(t.step).or_default().push(t.seconds);
-        }
-    }
-    let medians = times
-        .into_iter()
-        .filter_map(|(step, d)| Some((step, median(d)?)))
-        .collect();
-    (medians, with_steps.len())
-}
-
-/// The steps an update runs from `from` on (itself included): Core Hub's steps only when it changes;
-/// after a rollback, Resume and Modules.
-fn steps_from(from: UpdateStep, core_hub_changes: bool) -> Vec<UpdateStep> {
-    use UpdateStep::*;
-    let path: &[UpdateStep] = if from == CoreHubRollback {
-        &[CoreHubRollback, Resume, Modules]
-    } else if core_hub_changes {
-        &[Preflight, Snapshot, Drain, CoreHub, Resume, Modules]
-    } else {
-        &[Preflight, Snapshot, Modules]
-    };
-    path.iter().copied().filter(|s| *s >= from).collect()
-}
-
-/// What an update would take, estimated from the steps of past updates: (its whole time, the time its
-/// pipelines stay paused, how many past updates it is made from).
-pub fn estimate_update(
-    history: &[HistoryEntry],
-    core_hub_changes: bool,
-) -> Option<(i64, i64, usize)> {
-    let (medians, n) = step_medians(history);
-    if n == 0 {
-        return None;
-    }
-    let time = |s: &UpdateStep| medians.get(s).copied().unwrap_or(0);
-    let whole = steps_from(UpdateStep::Preflight, core_hub_changes)
-        .iter()
-        .map(time)
-        .sum();
-    let paused = if core_hub_changes {
-        [UpdateStep::Drain, UpdateStep::CoreHub, UpdateStep::Resume]
-            .iter()
-            .map(time)
-            .sum()
-    } else {
-        0
-    };
-    Some((whole, paused, n))
-}
+use gluesync_operator::update::estimate::{median, steps_from};
+pub use gluesync_operator::update::estimate::{step_medians, update_seconds as estimate_update};
 
 /// How the end of the running update is estimated.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -291,7 +241,7 @@ pub fn line(gsp: &GluesyncPlatform, now: Timestamp, bars: bool, live: &Live) -> 
     let version = status.version.as_deref().unwrap_or("-");
     let mut parts = vec![format!("{phase} {version}")];
     if let Some(u) = &status.update {
-        let p = progress(status, u, now);
+        let p = progress(status, u, now, gate::gated(gsp));
         let to = u.target.as_deref().unwrap_or("modules");
         parts[0] = format!("{phase} {} -> {to}", u.from.as_deref().unwrap_or(version));
         let mut step = format!(
@@ -349,6 +299,20 @@ pub fn blockers(gsp: &GluesyncPlatform) -> Vec<String> {
     if status.self_update.is_some() {
         out.push("GKO's own update runs".into());
     }
+    if let Some(t) = &status.next_window {
+        out.push(format!(
+            "an update waits for the maintenance window at {}",
+            gate::when(t.0)
+        ));
+    }
+    if let Some(u) = &status.update
+        && !gate::approved(gsp, u)
+        && let Some(id) = &u.approval_id
+    {
+        out.push(format!(
+            "the update waits for its approval: `kubectl gluesync approve` (approvalID {id})"
+        ));
+    }
     if gsp.spec.update_policy == gluesync_operator::api::UpdatePolicy::Gitops {
         out.push(
             "updatePolicy gitops: Git owns spec.version (the Core Hub UI and `update` are refused)"
@@ -386,8 +350,14 @@ pub fn screen(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> String {
     if let Some(m) = &status.message {
         s.push_str(&format!("Message:    {m}\n"));
     }
+    if let Some(t) = &status.next_window {
+        s.push_str(&format!(
+            "Window:     the update waits for the maintenance window at {}\n",
+            gate::when(t.0)
+        ));
+    }
     if let Some(u) = &status.update {
-        let p = progress(status, u, now);
+        let p = progress(status, u, now, gate::gated(gsp));
         let request = u
             .request_id
             .as_deref()
@@ -422,6 +392,12 @@ pub fn screen(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> String {
         s.push('\n');
         for r in rolling(gsp, now, live) {
             s.push_str(&format!("Rolling:    {r}\n"));
+        }
+        if let Some(id) = u.approval_id.as_ref().filter(|_| !gate::approved(gsp, u)) {
+            s.push_str(&format!(
+                "Approval:   waiting (nothing paused or changed): `kubectl gluesync approve` writes {}={id}\n",
+                gluesync_operator::api::APPROVE_ANNOTATION
+            ));
         }
         match estimate_end(gsp, now) {
             Some((left, at, basis)) => s.push_str(&format!(
@@ -486,7 +462,7 @@ pub fn summary(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> Value {
     let status = gsp.status.as_ref();
     let update = status.and_then(|st| {
         st.update.as_ref().map(|u| {
-            let p = progress(st, u, now);
+            let p = progress(st, u, now, gate::gated(gsp));
             json!({
                 "from": u.from, "target": u.target, "requestID": u.request_id,
                 "step": p.step, "stepNumber": p.step_number, "steps": p.steps,

@@ -166,6 +166,25 @@ pub struct GluesyncPlatformSpec {
     #[serde(default)]
     pub self_update: SelfUpdateSpec,
 
+    /// Recurring windows in which an update may start changing things (its drain, or its modules). An
+    /// update asked for outside every window waits for the next one; one whose estimated paused time
+    /// does not fit in what is left of the window waits too. A window never interrupts an update that
+    /// runs. Empty: updates start when asked. See docs/updates.md#maintenance-windows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub maintenance_windows: Vec<MaintenanceWindow>,
+
+    /// `manual`: an update runs Preflight and then waits, with nothing paused and nothing changed, until
+    /// the annotation `gluesync.molo17.com/approve` carries its `status.update.approvalID`
+    /// (`kubectl gluesync approve`). `automatic`: updates run when asked.
+    #[serde(default)]
+    pub approval: Approval,
+
+    /// Minutes a manual update waits for its approval before it ends Refused, nothing changed.
+    #[serde(default = "default_approval_timeout")]
+    #[schemars(range(min = 1, max = 43200))]
+    pub approval_timeout_minutes: i64,
+
     /// This install as one site of a disaster-recovery pair (none: no pair). Written by the Core Hub UI
     /// through the Conductor API, or kept in Git. See docs/disaster-recovery.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,6 +194,61 @@ pub struct GluesyncPlatformSpec {
 fn default_check_interval() -> i64 {
     360
 }
+fn default_approval_timeout() -> i64 {
+    1440
+}
+fn default_time_zone() -> String {
+    "UTC".into()
+}
+
+/// A recurring maintenance window: on `days` (every day when empty), from `start` in `timeZone`, for
+/// `durationMinutes`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// The days of the week it opens on; empty: every day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 7))]
+    pub days: Vec<Weekday>,
+    /// When it opens, `HH:MM` (24 hours) in `timeZone`.
+    #[schemars(regex(pattern = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
+    pub start: String,
+    /// How long it stays open, in minutes (at most a week).
+    #[schemars(range(min = 1, max = 10080))]
+    pub duration_minutes: i64,
+    /// An IANA time zone (`Europe/Rome`, `America/New_York`), default `UTC`: the window follows its
+    /// daylight-saving changes.
+    #[serde(default = "default_time_zone")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: String,
+}
+
+/// A day of the week.
+#[derive(
+    Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub enum Weekday {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
+}
+
+/// Whether an update waits for a person's approval before it changes anything.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    #[default]
+    Automatic,
+    Manual,
+}
+
+/// The annotation that approves a waiting update under `approval: manual`: its value is the update's
+/// `status.update.approvalID`.
+pub const APPROVE_ANNOTATION: &str = "gluesync.molo17.com/approve";
 fn default_drain_timeout() -> i64 {
     300
 }
@@ -279,6 +353,9 @@ pub struct GluesyncPlatformStatus {
     /// Summary of the install, see the product docs' Phases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
+    /// When the maintenance window an update waits for opens (only while one waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<Time>,
     /// Core Hub version that runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -410,6 +487,15 @@ pub struct UpdateStatus {
     /// Pipelines taken out of maintenance mode so far.
     #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
     pub resumed_pipelines: PipelineList,
+    /// Under `approval: manual`, the value of the `gluesync.molo17.com/approve` annotation that approves
+    /// this update: its `requestID` when this plan brought it, else `generation-<N>` (a new spec while it
+    /// waits makes a new plan, which needs its own approval).
+    #[serde(
+        rename = "approvalID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub approval_id: Option<String>,
     /// The steps that ended, in the order they ran, with how long each took.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepTime>,
@@ -475,6 +561,13 @@ pub enum Step {
     Preflight { since: Time, deadline: Time },
     /// Recording the image of every component.
     Snapshot { since: Time },
+    /// Nothing paused, nothing changed: waiting for the approval (until `deadline`, then Refused) or for
+    /// a maintenance window (no deadline).
+    Waiting {
+        since: Time,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline: Option<Time>,
+    },
     /// Putting the running pipelines into maintenance mode, until `deadline` (drainTimeoutSeconds), with
     /// the pipelines it asked so far (`askedPipelines`, see [`ASKED_PIPELINES`]): gone with the step.
     Drain {
@@ -530,6 +623,7 @@ impl Step {
         match self {
             Step::Preflight { since, .. }
             | Step::Snapshot { since }
+            | Step::Waiting { since, .. }
             | Step::Drain { since, .. }
             | Step::CoreHub { since, .. }
             | Step::CoreHubRollback { since, .. }
@@ -547,6 +641,7 @@ impl Step {
             | Step::CoreHub { deadline, .. }
             | Step::CoreHubRollback { deadline, .. }
             | Step::Resume { deadline, .. } => Some(deadline),
+            Step::Waiting { deadline, .. } => deadline.as_ref(),
             _ => None,
         }
     }

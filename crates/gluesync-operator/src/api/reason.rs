@@ -5,6 +5,10 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumIter)]
 pub enum Reason {
     UpdateStarted,
+    WaitingForApproval,
+    UpdateApproved,
+    UpdatePlanReplaced,
+    WaitingForMaintenanceWindow,
     PipelinesPaused,
     DrainTimeout,
     CoreHubPatched,

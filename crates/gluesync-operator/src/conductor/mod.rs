@@ -1094,6 +1094,42 @@ fn asked(
     Ok(Asked::Write { version, modules })
 }
 
+/// The answer for an update that waits, once GKO has seen the spec that asked for it: for a maintenance
+/// window (`Scheduled`, with when), or for its approval.
+fn waiting(gsp: &crate::api::GluesyncPlatform, request_id: Option<&str>) -> Option<Response> {
+    use crate::update::gate::{WAITING_FOR_APPROVAL, WAITING_FOR_WINDOW};
+    let status = gsp.status.as_ref()?;
+    if status.observed_generation != gsp.metadata.generation {
+        return None;
+    }
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Reconciling" && c.status == "True")
+        .map(|c| c.reason.as_str())?;
+    let ours = status
+        .update
+        .as_ref()
+        .is_none_or(|u| u.request_id.as_deref() == request_id);
+    let result = match reason {
+        WAITING_FOR_WINDOW if ours => "Scheduled",
+        WAITING_FOR_APPROVAL if ours && status.update.is_some() => "WaitingForApproval",
+        _ => return None,
+    };
+    Some(
+        (
+            StatusCode::ACCEPTED,
+            Json(json!({"success": true, "data": {
+                "result": result,
+                "scheduledAt": status.next_window,
+                "approvalID": status.update.as_ref().and_then(|u| u.approval_id.clone()),
+                "message": status.message,
+            }})),
+        )
+            .into_response(),
+    )
+}
+
 /// Waits until the update of `request_id` has ended, and answers per component from `status.lastAttempt`.
 /// It reads the watch cache each time the GluesyncPlatform changes; it never polls the API server.
 async fn wait_for_attempt(api: &Api, request_id: Option<&str>) -> Result<Response, Response> {
@@ -1101,6 +1137,9 @@ async fn wait_for_attempt(api: &Api, request_id: Option<&str>) -> Result<Respons
     let mut changed = api.view.changed.subscribe();
     loop {
         let gsp = api.platform()?;
+        if let Some(answer) = waiting(&gsp, request_id) {
+            return Ok(answer);
+        }
         let status = gsp.status.unwrap_or_default();
         if let Some(attempt) = status
             .last_attempt

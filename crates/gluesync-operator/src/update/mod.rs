@@ -12,9 +12,11 @@
 //! keeps asking Core Hub to resume them until Core Hub lists them running (see [`pipelines`]).
 
 pub mod disaster;
+pub mod estimate;
 mod finish;
 #[cfg(any(test, feature = "test-hooks"))]
 pub mod fixtures;
+pub mod gate;
 #[cfg(test)]
 mod model;
 mod mutants;
@@ -214,6 +216,7 @@ fn step(gsp: &GluesyncPlatform, name: UpdateStep, now: &Time) -> Step {
             deadline: after(plan::CATALOG_WAIT_SECONDS),
         },
         UpdateStep::Snapshot => Step::Snapshot { since },
+        UpdateStep::Waiting => gate::waiting_step(gsp, now),
         UpdateStep::Drain => Step::Drain {
             since,
             deadline: after(gsp.spec.drain_timeout_seconds),
@@ -307,6 +310,7 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     match name {
         UpdateStep::Preflight => plan::preflight(gsp, obs, &mut u, &mut d),
         UpdateStep::Snapshot => plan::snapshot(gsp, obs, &mut u, &mut d),
+        UpdateStep::Waiting => gate::waiting(gsp, obs, &mut u, &mut d),
         UpdateStep::Drain => pipelines::drain(gsp, obs, &mut u, &mut d),
         UpdateStep::CoreHub => rollout::core_hub(gsp, obs, &mut u, &mut d),
         UpdateStep::CoreHubRollback => rollout::rollback(gsp, obs, &mut u, &mut d),
@@ -334,7 +338,7 @@ fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time,
     // The result says what the update did, as for any other: Refused while Core Hub was not changed yet,
     // Failed once its change is put back, Degraded when Core Hub was updated and modules were left.
     let next = match u.step.name() {
-        UpdateStep::Preflight | UpdateStep::Snapshot => {
+        UpdateStep::Preflight | UpdateStep::Snapshot | UpdateStep::Waiting => {
             Some((UpdateStep::Finish, UpdateResult::Refused))
         }
         UpdateStep::Modules => Some((UpdateStep::Finish, UpdateResult::Degraded)),
@@ -380,7 +384,13 @@ fn mark_updating(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision, u: Up
         d.status.version = core_hub.version.clone();
     }
     let message = d.status.message.clone().unwrap_or_default();
-    let reason = format!("Update{:?}", u.step.name());
+    let reason = match u.step.name() {
+        UpdateStep::Waiting => gate::reason(gsp, &u).to_string(),
+        step => format!("Update{step:?}"),
+    };
+    if u.step.name() != UpdateStep::Waiting {
+        d.status.next_window = None;
+    }
     d.status.conditions = [
         (READY, false, "UpdateInProgress", message.clone()),
         (RECONCILING, true, reason.as_str(), message.clone()),
@@ -439,16 +449,20 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             .as_ref()
             .and_then(|s| s.disaster_recovery.as_ref()),
     );
-    if !deleting
-        && !self_updating
-        && !dr_busy
-        && obs.access_problem.is_none()
+    let free = !deleting && !self_updating && !dr_busy && obs.access_problem.is_none();
+    // Outside every maintenance window an update the spec asks for does not start.
+    let window_wait = (free && plan::wants_update(gsp, obs.workloads))
+        .then(|| gate::start_wait(gsp, &obs.now))
+        .flatten();
+    if free
+        && window_wait.is_none()
         && let Some(d) = plan::start(gsp, obs)
     {
         return d;
     }
     let mut d = Decision::new(status::idle(gsp, obs.workloads, &obs.now));
     d.status.update = None;
+    d.status.next_window = None;
     selfupdate::carry_on(gsp, obs, &mut d);
     if d.status.self_update.is_none() && obs.access_problem.is_none() {
         disaster::carry_on(gsp, obs, &mut d);
@@ -522,6 +536,9 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             d.corehub = None;
         }
         d.actions.push(Action::RemoveFinalizer);
+    }
+    if let Some(wait) = window_wait {
+        gate::show_start_wait(gsp, &obs.now, wait, &mut d);
     }
     if let Some(problem) = &obs.access_problem {
         // Stalled until the spec or GKO's settings change: nothing is read, no Core Hub is called.

@@ -44,7 +44,7 @@ fn new_request(gsp: &GluesyncPlatform) -> bool {
 }
 
 /// Is there something the spec asks for that this generation has not yet tried?
-fn wants_update(gsp: &GluesyncPlatform, workloads: &[Workload]) -> bool {
+pub(super) fn wants_update(gsp: &GluesyncPlatform, workloads: &[Workload]) -> bool {
     let status = gsp.status.clone().unwrap_or_default();
     let generation = gsp.metadata.generation.unwrap_or(0);
     if status::problem(gsp, workloads).is_some() {
@@ -75,28 +75,12 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
     if !wants_update(gsp, obs.workloads) {
         return None;
     }
-    let previous = gsp.status.clone().unwrap_or_default();
     let core_hub = obs
         .workloads
         .iter()
         .find(|w| w.component_type == Some(ComponentType::CoreHub));
     let mut status = status::idle(gsp, obs.workloads, &obs.now);
-    let update = UpdateStatus {
-        step: step(gsp, UpdateStep::Preflight, &obs.now),
-        target: Some(gsp.spec.version.clone()),
-        from: core_hub.and_then(|w| w.version()),
-        request_id: gsp.spec.request_id.clone(),
-        new_request: new_request(gsp),
-        channel: super::request_channel(gsp),
-        requested_by: Some(super::requested_by(gsp, new_request(gsp))),
-        generation: gsp.metadata.generation.unwrap_or(0),
-        started_at: obs.now.clone(),
-        components: vec![],
-        steps: vec![],
-        resumed_pipelines: PipelineList::new(),
-        outcome: None,
-        previous_phase: previous.phase,
-    };
+    let update = fresh(gsp, obs, new_request(gsp));
     let from = core_hub.and_then(|w| w.version()).unwrap_or_default();
     let who = match &update.requested_by {
         Some(crate::api::RequestedBy {
@@ -122,6 +106,41 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
     d.again = true;
     super::mark_updating(gsp, obs, &mut d, update);
     Some(d)
+}
+
+/// A new update of the spec as it is, at Preflight; `brought_request`: the spec's `requestID` is new to
+/// it (it names this plan's approval).
+pub(super) fn fresh(gsp: &GluesyncPlatform, obs: &Observed, brought_request: bool) -> UpdateStatus {
+    let previous = gsp.status.clone().unwrap_or_default();
+    let core_hub = obs
+        .workloads
+        .iter()
+        .find(|w| w.component_type == Some(ComponentType::CoreHub));
+    let from = match previous.update.as_ref() {
+        // A plan made again keeps where the update started from.
+        Some(u) => u.from.clone(),
+        None => core_hub.and_then(|w| w.version()),
+    };
+    UpdateStatus {
+        step: step(gsp, UpdateStep::Preflight, &obs.now),
+        target: Some(gsp.spec.version.clone()),
+        from,
+        request_id: gsp.spec.request_id.clone(),
+        new_request: new_request(gsp),
+        channel: super::request_channel(gsp),
+        requested_by: Some(super::requested_by(gsp, new_request(gsp))),
+        generation: gsp.metadata.generation.unwrap_or(0),
+        started_at: obs.now.clone(),
+        components: vec![],
+        approval_id: super::gate::approval_id(gsp, gsp.spec.request_id.as_deref(), brought_request),
+        steps: vec![],
+        resumed_pipelines: PipelineList::new(),
+        outcome: None,
+        previous_phase: previous
+            .update
+            .as_ref()
+            .map_or(previous.phase, |u| u.previous_phase),
+    }
 }
 
 fn refuse(
@@ -363,9 +382,9 @@ pub(super) fn snapshot(
             return;
         }
         d.status.message = Some("putting running pipelines into maintenance mode".into());
-        move_to(gsp, u, UpdateStep::Drain, &obs.now, d);
+        super::gate::after_snapshot(gsp, u, UpdateStep::Drain, &obs.now, d);
     } else {
         d.status.message = Some("Core Hub stays; updating modules".into());
-        move_to(gsp, u, UpdateStep::Modules, &obs.now, d);
+        super::gate::after_snapshot(gsp, u, UpdateStep::Modules, &obs.now, d);
     }
 }

@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use kube::ResourceExt;
+
 use super::{Observed, decide};
 use crate::{
     api::{FINALIZER, GluesyncPlatform, PipelineId, UpdateResult, UpdateStatus, UpdateStep},
@@ -29,6 +31,9 @@ pub struct Preview {
     pub kept: Option<usize>,
     /// The messages the status would carry, in order.
     pub messages: Vec<String>,
+    /// What the update would wait for before its first change (its approval, a maintenance window), in
+    /// the words of the status; the preview then goes on as if each were given.
+    pub waits: Vec<String>,
 }
 
 /// Would the update run?
@@ -69,6 +74,7 @@ pub fn preview(
         pause: Err("Core Hub stays: nothing is paused".into()),
         kept: None,
         messages: vec![],
+        waits: vec![],
     };
     let status = gsp.status.clone().unwrap_or_default();
     if let Some(u) = &status.update {
@@ -82,6 +88,15 @@ pub fn preview(
     if gsp.metadata.deletion_timestamp.is_some() {
         p.verdict = Verdict::NotStarted("the GluesyncPlatform is being deleted".into());
         return p;
+    }
+    // Outside every window the update would not start yet: said, then planned as if the window were open.
+    if super::plan::wants_update(&g, obs.workloads)
+        && let Some(wait) = super::gate::start_wait(&g, &obs.now)
+    {
+        let mut d = super::Decision::new(status.clone());
+        super::gate::show_start_wait(&g, &obs.now, wait, &mut d);
+        p.waits.extend(d.status.message);
+        g.spec.maintenance_windows.clear();
     }
     let mut report = Report::default();
     for _ in 0..16 {
@@ -166,6 +181,15 @@ pub fn preview(
                     next: UpdateStep::Drain,
                 };
                 return p;
+            }
+            UpdateStep::Waiting if !again => {
+                // Waiting for an approval or a window: said, then given.
+                p.waits.extend(p.messages.last().cloned());
+                if let Some(id) = &u.approval_id {
+                    g.annotations_mut()
+                        .insert(crate::api::APPROVE_ANNOTATION.into(), id.clone());
+                }
+                g.spec.maintenance_windows.clear();
             }
             UpdateStep::Modules => {
                 p.pause = Ok(vec![]);

@@ -70,6 +70,12 @@ pub fn problem(gsp: &GluesyncPlatform, workloads: &[Workload]) -> Option<Problem
             });
         }
     }
+    if let Some(why) = super::gate::problem(&gsp.spec.maintenance_windows) {
+        return Some(Problem {
+            reason: "InvalidMaintenanceWindow",
+            message: why,
+        });
+    }
     if let Some(w) = workloads.iter().find(|w| w.container.is_none()) {
         return Some(Problem {
             reason: "ContainerNotFound",

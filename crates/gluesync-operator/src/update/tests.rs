@@ -1599,3 +1599,253 @@ fn the_preview_says_what_refuses_or_holds_an_update() {
     assert_eq!(p.verdict, preview::Verdict::Runs { next: Drain });
     assert_eq!(p.pause, Err("connection refused".into()));
 }
+
+fn condition<'a>(
+    g: &'a GluesyncPlatform,
+    t: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    status(g).conditions.iter().find(|c| c.type_ == t).unwrap()
+}
+
+fn approve(g: &mut GluesyncPlatform, id: &str) {
+    g.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::api::APPROVE_ANNOTATION.into(), id.into());
+}
+
+#[test]
+fn a_manual_update_waits_with_nothing_paused_until_approved() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2", "approval": "manual"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a", "b"], &[]));
+    let mut events = world.until(&mut g, 0, Waiting);
+    for now in 0..30 {
+        let d = world.step(&mut g, now);
+        assert!(
+            !d.actions
+                .iter()
+                .any(|a| matches!(a, Action::SetImage { .. }))
+        );
+        events.extend(d.events);
+    }
+    assert_eq!(update(&g).step.name(), Waiting);
+    assert!(
+        world.hub.enters.is_empty(),
+        "nothing asked into maintenance mode"
+    );
+    assert!(status(&g).paused_pipelines.is_empty());
+    assert_eq!(status(&g).phase, Some(Phase::Updating));
+    let r = condition(&g, "Reconciling");
+    assert_eq!(
+        (r.status.as_str(), r.reason.as_str()),
+        ("True", "WaitingForApproval")
+    );
+    assert_eq!(
+        reasons(&events)
+            .iter()
+            .filter(|r| **r == "WaitingForApproval")
+            .count(),
+        1
+    );
+    let id = update(&g).approval_id.clone().unwrap();
+    assert_eq!(
+        id, "generation-2",
+        "no requestID: the generation names the plan"
+    );
+    assert!(
+        status(&g)
+            .message
+            .as_deref()
+            .unwrap()
+            .contains(&format!("gluesync.molo17.com/approve={id}"))
+    );
+    // A wrong value approves nothing; the right one lets the drain begin.
+    approve(&mut g, "generation-1");
+    world.step(&mut g, 31);
+    assert_eq!(update(&g).step.name(), Waiting);
+    approve(&mut g, &id);
+    let events = world.until(&mut g, 32, Drain);
+    assert!(reasons(&events).contains(&"UpdateApproved"), "{events:?}");
+    world.step(&mut g, 32);
+    world.step(&mut g, 32);
+    assert_eq!(status(&g).paused_pipelines, ["a", "b"]);
+}
+
+#[test]
+fn an_approval_that_does_not_come_refuses_the_update_with_nothing_changed() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2", "approval": "manual", "approvalTimeoutMinutes": 1, "requestID": "ui-7",
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Waiting);
+    assert_eq!(
+        update(&g).approval_id.as_deref(),
+        Some("ui-7"),
+        "the request names the plan"
+    );
+    world.step(&mut g, 59);
+    assert_eq!(update(&g).step.name(), Waiting);
+    world.until(&mut g, 61, Finish);
+    world.step(&mut g, 61);
+    let s = status(&g);
+    let a = s.last_attempt.as_ref().unwrap();
+    assert_eq!(a.result, UpdateResult::Refused);
+    assert!(
+        a.message.contains("not approved within 1 minutes"),
+        "{}",
+        a.message
+    );
+    assert_eq!(s.history.len(), 1);
+    assert!(world.hub.enters.is_empty());
+    assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
+}
+
+#[test]
+fn a_new_spec_while_waiting_makes_a_new_plan_that_needs_its_own_approval() {
+    let mut g = platform(
+        serde_json::json!({"version": "2.3.2.2", "approval": "manual", "requestID": "ui-1"}),
+    );
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Waiting);
+    approve(&mut g, "ui-1");
+    // The spec changes before GKO saw the approval: a pin for Chronos, the same requestID.
+    g.spec.modules.insert("chronos".into(), "0.3.3".into());
+    g.metadata.generation = Some(3);
+    let d = world.step(&mut g, 5);
+    assert!(
+        reasons(&d.events).contains(&"UpdatePlanReplaced"),
+        "{:?}",
+        d.events
+    );
+    assert_eq!(update(&g).step.name(), Preflight);
+    world.until(&mut g, 5, Waiting);
+    assert_eq!(update(&g).approval_id.as_deref(), Some("generation-3"));
+    world.step(&mut g, 6);
+    assert_eq!(
+        update(&g).step.name(),
+        Waiting,
+        "the old approval does not approve the new plan"
+    );
+    assert!(world.hub.enters.is_empty());
+    approve(&mut g, "generation-3");
+    world.until(&mut g, 7, Drain);
+}
+
+/// Every day from 09:00 UTC for an hour (the fixtures' second 0 is 08:00 UTC).
+fn nine_to_ten() -> serde_json::Value {
+    serde_json::json!([{"start": "09:00", "durationMinutes": 60}])
+}
+
+#[test]
+fn outside_every_window_the_update_does_not_start_and_says_when_it_will() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.step(&mut g, 0);
+    let phase = status(&g).phase;
+    g.spec.version = "2.3.2.2".into();
+    g.spec.maintenance_windows = serde_json::from_value(nine_to_ten()).unwrap();
+    g.metadata.generation = Some(3);
+    let d = world.step(&mut g, 10);
+    assert!(status(&g).update.is_none(), "no update starts");
+    assert_eq!(status(&g).phase, phase, "the phase stays");
+    assert_eq!(status(&g).next_window, Some(at(3600)));
+    let r = condition(&g, "Reconciling");
+    assert_eq!(
+        (r.status.as_str(), r.reason.as_str()),
+        ("True", "WaitingForMaintenanceWindow")
+    );
+    assert_eq!(condition(&g, "Ready").status, "False");
+    assert!(reasons(&d.events).contains(&"WaitingForMaintenanceWindow"));
+    assert!(
+        d.requeue
+            .is_some_and(|r| r.as_secs() >= 3589 && r.as_secs() <= 3591),
+        "{:?}",
+        d.requeue
+    );
+    assert!(
+        status(&g)
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("waits for the maintenance window at 2027-01-15 09:00 UTC")
+    );
+    // No second event while nothing changes.
+    let d = world.step(&mut g, 20);
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    // The window opens: the update starts, and the window's closing does not stop its drain.
+    g.spec.drain_timeout_seconds = 7200;
+    world.hub.enter_delay = 3650;
+    world.until(&mut g, 3600, Drain);
+    assert!(status(&g).next_window.is_none());
+    for now in [3601, 3700, 7100, 7199] {
+        world.step(&mut g, now);
+        assert_eq!(update(&g).step.name(), Drain);
+    }
+    // Past 10:00 the window has closed, and the requests land: the update goes on.
+    world.step(&mut g, 7400);
+    world.until(&mut g, 7401, CoreHub);
+}
+
+#[test]
+fn an_update_whose_paused_time_does_not_fit_waits_for_the_next_window() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.step(&mut g, 0);
+    // The past update kept its pipelines paused 10 minutes.
+    let mut s = status(&g).clone();
+    s.history = vec![HistoryEntry {
+        from: None,
+        to: None,
+        result: UpdateResult::Succeeded,
+        message: String::new(),
+        request_id: None,
+        requested_by: None,
+        started_at: Some(at(-5000)),
+        finished_at: at(-4000),
+        previous_images: Default::default(),
+        steps: [(Drain, 120), (CoreHub, 420), (Resume, 60)]
+            .map(|(step, seconds)| crate::api::StepTime { step, seconds })
+            .to_vec(),
+    }];
+    g.status = Some(s);
+    g.spec.version = "2.3.2.2".into();
+    g.spec.maintenance_windows = serde_json::from_value(nine_to_ten()).unwrap();
+    g.metadata.generation = Some(3);
+    // 55 minutes into the window, 5 left: the next day's window.
+    world.step(&mut g, 3600 + 55 * 60);
+    assert!(status(&g).update.is_none());
+    assert_eq!(status(&g).next_window, Some(at(3600 + 86400)));
+    assert!(
+        status(&g)
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("needs about 600 s")
+    );
+    // 49 minutes in, 11 left: it starts.
+    world.step(&mut g, 3600 + 49 * 60);
+    assert!(status(&g).update.is_some());
+}
+
+#[test]
+fn approved_outside_the_window_the_update_waits_for_it_in_waiting() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2", "approval": "manual", "maintenanceWindows": nine_to_ten(),
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Waiting);
+    approve(&mut g, "generation-2");
+    let d = world.step(&mut g, 10);
+    assert_eq!(update(&g).step.name(), Waiting);
+    assert_eq!(
+        condition(&g, "Reconciling").reason,
+        "WaitingForMaintenanceWindow"
+    );
+    assert_eq!(status(&g).next_window, Some(at(3600)));
+    assert!(reasons(&d.events).contains(&"WaitingForMaintenanceWindow"));
+    // The approval's deadline no longer counts once approved.
+    world.step(&mut g, 3000);
+    assert_eq!(update(&g).step.name(), Waiting);
+    world.until(&mut g, 3600, Drain);
+    assert!(status(&g).next_window.is_none());
+}

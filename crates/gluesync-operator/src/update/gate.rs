@@ -1,0 +1,463 @@
+//! The user's terms for when an update changes things: maintenance windows and a person's approval.
+//!
+//! Both are gates before the first change (the drain, or the modules when Core Hub stays); nothing is
+//! paused or changed while an update waits at one. Without `approval: manual`, an update asked for outside
+//! every window does not start at all (the phase stays, `Reconciling` says `WaitingForMaintenanceWindow`,
+//! `status.nextWindow` says when). Under `approval: manual` it starts, runs Preflight and Snapshot, and
+//! waits in the step `Waiting`: first for its approval, then for a window in which it fits. A window never
+//! interrupts an update that runs.
+
+use jiff::{SignedDuration, Timestamp, Zoned, civil, tz::TimeZone};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+
+use super::{Decision, Observed, move_to, settle_outcome};
+use crate::api::{
+    APPROVE_ANNOTATION, Approval, GluesyncPlatform, MaintenanceWindow, Reason, UpdateResult,
+    UpdateStatus, UpdateStep, Weekday,
+};
+
+/// Condition reason while an update waits for its approval.
+pub const WAITING_FOR_APPROVAL: &str = "WaitingForApproval";
+/// Condition reason while an update waits for a maintenance window.
+pub const WAITING_FOR_WINDOW: &str = "WaitingForMaintenanceWindow";
+
+/// How far ahead windows are looked for.
+const LOOK_AHEAD_DAYS: i64 = 15;
+
+fn weekday(w: Weekday) -> civil::Weekday {
+    match w {
+        Weekday::Mon => civil::Weekday::Monday,
+        Weekday::Tue => civil::Weekday::Tuesday,
+        Weekday::Wed => civil::Weekday::Wednesday,
+        Weekday::Thu => civil::Weekday::Thursday,
+        Weekday::Fri => civil::Weekday::Friday,
+        Weekday::Sat => civil::Weekday::Saturday,
+        Weekday::Sun => civil::Weekday::Sunday,
+    }
+}
+
+/// Why a window cannot be read, if one cannot (the CRD checks its shape; the time zone is checked here).
+pub fn problem(windows: &[MaintenanceWindow]) -> Option<String> {
+    windows.iter().find_map(|w| {
+        TimeZone::get(&w.time_zone)
+            .err()
+            .map(|_| {
+                format!(
+                    "maintenance window at {}: unknown time zone {:?}",
+                    w.start, w.time_zone
+                )
+            })
+            .or_else(|| {
+                parse_start(&w.start)
+                    .is_none()
+                    .then(|| format!("maintenance window: start {:?} is not HH:MM", w.start))
+            })
+    })
+}
+
+fn parse_start(s: &str) -> Option<(i8, i8)> {
+    let (h, m) = s.split_once(':')?;
+    let (h, m): (i8, i8) = (h.parse().ok()?, m.parse().ok()?);
+    ((0..24).contains(&h) && (0..60).contains(&m)).then_some((h, m))
+}
+
+/// Every opening of `windows` from a day before `now` to [`LOOK_AHEAD_DAYS`] after: (start, end), by start.
+fn openings(windows: &[MaintenanceWindow], now: Timestamp) -> Vec<(Timestamp, Timestamp)> {
+    let mut out = vec![];
+    for w in windows {
+        let (Ok(tz), Some((h, m))) = (TimeZone::get(&w.time_zone), parse_start(&w.start)) else {
+            continue;
+        };
+        let today = now.to_zoned(tz.clone()).date();
+        let length = SignedDuration::from_mins(w.duration_minutes.max(1));
+        // Back as far as the longest window (a week) reaches, and ahead.
+        for offset in -8..=LOOK_AHEAD_DAYS {
+            let Ok(date) = today.checked_add(jiff::Span::new().days(offset)) else {
+                continue;
+            };
+            if !w.days.is_empty() && !w.days.iter().any(|d| weekday(*d) == date.weekday()) {
+                continue;
+            }
+            let Ok(start) = date.at(h, m, 0, 0).to_zoned(tz.clone()) else {
+                continue;
+            };
+            let start = start.timestamp();
+            if let Ok(end) = start.checked_add(length) {
+                out.push((start, end));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// When an update that keeps its pipelines paused `need` seconds may start its first change: `Ok(now)`
+/// inside a window with that much left, else the start of the first window in which it fits (a need
+/// longer than a window counts as that window's length: the update starts at its opening). `Err` when no
+/// window opens in the next days.
+pub fn fit(windows: &[MaintenanceWindow], now: Timestamp, need: i64) -> Result<Timestamp, String> {
+    for (start, end) in openings(windows, now) {
+        if end <= now {
+            continue;
+        }
+        let from = start.max(now);
+        let length = end.duration_since(start).as_secs();
+        let need = SignedDuration::from_secs(need.clamp(0, length));
+        if end.duration_since(from) >= need {
+            return Ok(from);
+        }
+    }
+    Err(format!(
+        "no maintenance window opens in the next {LOOK_AHEAD_DAYS} days"
+    ))
+}
+
+/// The paused time the windows must fit, from the past updates (0 when none recorded its steps).
+fn need(gsp: &GluesyncPlatform, core_hub_changes: bool) -> i64 {
+    gsp.status
+        .as_ref()
+        .and_then(|s| super::estimate::update_seconds(&s.history, core_hub_changes))
+        .map_or(0, |(_, paused, _)| paused)
+}
+
+/// A time as people read it, in UTC.
+pub fn when(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+fn local(t: Timestamp, windows: &[MaintenanceWindow]) -> String {
+    match windows
+        .first()
+        .and_then(|w| TimeZone::get(&w.time_zone).ok())
+    {
+        Some(tz)
+            if windows.iter().all(|w| w.time_zone == windows[0].time_zone)
+                && windows[0].time_zone != "UTC" =>
+        {
+            let z: Zoned = t.to_zoned(tz);
+            format!(" ({} {})", z.strftime("%a %H:%M"), windows[0].time_zone)
+        }
+        _ => String::new(),
+    }
+}
+
+/// Without approval: when the update the spec asks for may start, if not now. `None`: now (or no
+/// window).
+pub(super) fn start_wait(gsp: &GluesyncPlatform, now: &Time) -> Option<Result<Timestamp, String>> {
+    let windows = &gsp.spec.maintenance_windows;
+    if windows.is_empty() || gsp.spec.approval == Approval::Manual {
+        return None;
+    }
+    match fit(windows, now.0, need(gsp, true)) {
+        Ok(t) if t <= now.0 => None,
+        r => Some(r),
+    }
+}
+
+/// The idle platform whose update waits for a window: said in the status, an event when the wait begins
+/// (or its window changes), and a look again when the window opens.
+pub(super) fn show_start_wait(
+    gsp: &GluesyncPlatform,
+    now: &Time,
+    wait: Result<Timestamp, String>,
+    d: &mut Decision,
+) {
+    let generation = gsp.metadata.generation.unwrap_or(0);
+    let what = format!("the update to Core Hub {}", gsp.spec.version);
+    let (message, next) = window_message(gsp, &what, wait, true);
+    let previous = gsp.status.as_ref();
+    let before = previous.and_then(|s| s.next_window.clone());
+    d.status.next_window = next.clone();
+    if before != next || previous.and_then(|s| s.message.as_deref()) != Some(message.as_str()) {
+        d.event(false, Reason::WaitingForMaintenanceWindow, message.clone());
+    }
+    d.status.message = Some(message.clone());
+    let previous = d.status.conditions.clone();
+    d.status.conditions = [
+        (super::status::READY, false),
+        (super::status::RECONCILING, true),
+        (super::status::STALLED, false),
+    ]
+    .into_iter()
+    .map(|(t, v)| {
+        super::status::condition(
+            &previous,
+            t,
+            v,
+            WAITING_FOR_WINDOW,
+            &message,
+            generation,
+            now,
+        )
+    })
+    .collect();
+    d.status.observed_generation = Some(generation);
+    match next {
+        Some(t) => d.requeue_at(&t, now),
+        None => d.requeue(std::time::Duration::from_secs(3600)),
+    }
+}
+
+/// The words for a wait for a window, and the window's start.
+fn window_message(
+    gsp: &GluesyncPlatform,
+    what: &str,
+    wait: Result<Timestamp, String>,
+    core_hub_changes: bool,
+) -> (String, Option<Time>) {
+    let windows = &gsp.spec.maintenance_windows;
+    match wait {
+        Ok(t) => {
+            let need = need(gsp, core_hub_changes);
+            let fits = if need > 0 {
+                format!(
+                    "; it needs about {need} s with the pipelines paused (the past updates), so it starts where that fits"
+                )
+            } else {
+                String::new()
+            };
+            (
+                format!(
+                    "{what} waits for the maintenance window at {}{}{fits}",
+                    when(t),
+                    local(t, windows)
+                ),
+                Some(Time(t)),
+            )
+        }
+        Err(e) => (format!("{what} waits for a maintenance window: {e}"), None),
+    }
+}
+
+/// The value of the approve annotation that approves this update.
+pub fn approval_id(
+    gsp: &GluesyncPlatform,
+    request_id: Option<&str>,
+    brought_request: bool,
+) -> Option<String> {
+    (gsp.spec.approval == Approval::Manual).then(|| match request_id {
+        Some(r) if brought_request => r.to_string(),
+        _ => format!("generation-{}", gsp.metadata.generation.unwrap_or(0)),
+    })
+}
+
+/// Is the update approved (or is no approval asked)?
+pub fn approved(gsp: &GluesyncPlatform, u: &UpdateStatus) -> bool {
+    match &u.approval_id {
+        None => true,
+        Some(id) => gsp.annotations().get(APPROVE_ANNOTATION) == Some(id),
+    }
+}
+
+/// Does the update wait at a gate (an approval, a window) before its first change?
+pub fn gated(gsp: &GluesyncPlatform) -> bool {
+    gsp.spec.approval == Approval::Manual || !gsp.spec.maintenance_windows.is_empty()
+}
+
+/// The condition reason of an update in `Waiting`.
+pub fn reason(gsp: &GluesyncPlatform, u: &UpdateStatus) -> &'static str {
+    if approved(gsp, u) {
+        WAITING_FOR_WINDOW
+    } else {
+        WAITING_FOR_APPROVAL
+    }
+}
+
+/// The step `Waiting`: its deadline is the approval's, under `approval: manual`.
+pub(super) fn waiting_step(gsp: &GluesyncPlatform, now: &Time) -> crate::api::Step {
+    crate::api::Step::Waiting {
+        since: now.clone(),
+        deadline: (gsp.spec.approval == Approval::Manual)
+            .then(|| super::plus(now, gsp.spec.approval_timeout_minutes * 60)),
+    }
+}
+
+/// What Snapshot moves to when Core Hub changes (`Drain`) or not (`Modules`): `Waiting` first when the
+/// spec has a gate, with an event that says what it waits for.
+pub(super) fn after_snapshot(
+    gsp: &GluesyncPlatform,
+    u: &mut UpdateStatus,
+    next: UpdateStep,
+    now: &Time,
+    d: &mut Decision,
+) {
+    if !gated(gsp) {
+        return move_to(gsp, u, next, now, d);
+    }
+    move_to(gsp, u, UpdateStep::Waiting, now, d);
+    if let Some(id) = u.approval_id.clone().filter(|_| !approved(gsp, u)) {
+        let m = approval_message(gsp, &id);
+        d.event(false, Reason::WaitingForApproval, m.clone());
+        d.status.message = Some(m);
+    }
+}
+
+fn approval_message(gsp: &GluesyncPlatform, id: &str) -> String {
+    format!(
+        "waiting for approval of the update to {} (nothing is paused or changed): `kubectl gluesync \
+         approve`, or the annotation {APPROVE_ANNOTATION}={id}; refused after {} minutes",
+        gsp.spec.version, gsp.spec.approval_timeout_minutes
+    )
+}
+
+/// The step `Waiting`: a new spec replaces the plan; an approval that does not come in time refuses the
+/// update; once approved, the first maintenance window it fits in lets it go on.
+pub(super) fn waiting(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    let core_hub_changes = u
+        .components
+        .iter()
+        .any(|c| super::rollout::is_core(c) && c.to_image.is_some());
+    let next = if core_hub_changes {
+        UpdateStep::Drain
+    } else {
+        UpdateStep::Modules
+    };
+    // A new spec (or request) while nothing is changed yet: the plan is made again, from Preflight.
+    let generation = gsp.metadata.generation.unwrap_or(0);
+    if generation != u.generation || gsp.spec.request_id != u.request_id {
+        let brought = gsp.spec.request_id.is_some() && gsp.spec.request_id != u.request_id;
+        let replaced = super::plan::fresh(gsp, obs, brought);
+        let m = format!(
+            "the spec changed while the update waited: the plan is made again for Core Hub {}",
+            gsp.spec.version
+        );
+        d.event(false, Reason::UpdatePlanReplaced, m.clone());
+        d.status.message = Some(m);
+        d.status.next_window = None;
+        *u = replaced;
+        d.again = true;
+        return;
+    }
+    if let Some(id) = u.approval_id.clone()
+        && !approved(gsp, u)
+    {
+        let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
+        if super::passed(&deadline, now) {
+            let why = format!(
+                "not approved within {} minutes (approval: manual); nothing was paused or changed",
+                gsp.spec.approval_timeout_minutes
+            );
+            settle_outcome(u, UpdateResult::Refused, why.clone());
+            d.status.message = Some(why);
+            d.status.next_window = None;
+            return move_to(gsp, u, UpdateStep::Finish, now, d);
+        }
+        d.status.message = Some(approval_message(gsp, &id));
+        d.requeue_at(&deadline, now);
+        return;
+    }
+    let windows = &gsp.spec.maintenance_windows;
+    let go = windows.is_empty()
+        || matches!(fit(windows, now.0, need(gsp, core_hub_changes)), Ok(t) if t <= now.0);
+    if go {
+        if let Some(id) = &u.approval_id {
+            d.event(
+                false,
+                Reason::UpdateApproved,
+                format!(
+                    "the update to {} was approved ({APPROVE_ANNOTATION}={id})",
+                    gsp.spec.version
+                ),
+            );
+        }
+        d.status.next_window = None;
+        d.status.message = Some(match next {
+            UpdateStep::Drain => "putting running pipelines into maintenance mode".into(),
+            _ => "Core Hub stays; updating modules".into(),
+        });
+        return move_to(gsp, u, next, now, d);
+    }
+    let wait = fit(windows, now.0, need(gsp, core_hub_changes));
+    let (m, at) = window_message(gsp, "the update", wait, core_hub_changes);
+    if d.status.next_window != at {
+        d.event(false, Reason::WaitingForMaintenanceWindow, m.clone());
+    }
+    d.status.next_window = at.clone();
+    d.status.message = Some(m);
+    match at {
+        Some(t) => d.requeue_at(&t, now),
+        None => d.requeue(std::time::Duration::from_secs(3600)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(days: &[Weekday], start: &str, minutes: i64, tz: &str) -> MaintenanceWindow {
+        MaintenanceWindow {
+            days: days.to_vec(),
+            start: start.into(),
+            duration_minutes: minutes,
+            time_zone: tz.into(),
+        }
+    }
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_window_is_open_closed_or_too_short_for_what_is_left() {
+        // Saturdays 22:00-02:00 in Rome (UTC+1 in winter): 21:00-01:00 UTC.
+        let w = [window(&[Weekday::Sat], "22:00", 240, "Europe/Rome")];
+        // 2026-12-05 is a Saturday.
+        assert_eq!(
+            fit(&w, t("2026-12-05T21:30:00Z"), 0),
+            Ok(t("2026-12-05T21:30:00Z"))
+        );
+        assert_eq!(
+            fit(&w, t("2026-12-05T20:00:00Z"), 0),
+            Ok(t("2026-12-05T21:00:00Z"))
+        );
+        // Past midnight it is still Saturday's window.
+        assert_eq!(
+            fit(&w, t("2026-12-06T00:30:00Z"), 0),
+            Ok(t("2026-12-06T00:30:00Z"))
+        );
+        // 30 minutes left, an hour needed: next Saturday.
+        assert_eq!(
+            fit(&w, t("2026-12-06T00:30:00Z"), 3600),
+            Ok(t("2026-12-12T21:00:00Z"))
+        );
+        // A need longer than the window starts at its opening.
+        assert_eq!(
+            fit(&w, t("2026-12-06T00:30:00Z"), 10 * 3600),
+            Ok(t("2026-12-12T21:00:00Z"))
+        );
+        // Summer time: 22:00 in Rome is 20:00 UTC (2027-06-05 is a Saturday).
+        assert_eq!(
+            fit(&w, t("2027-06-05T12:00:00Z"), 0),
+            Ok(t("2027-06-05T20:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn every_day_windows_and_bad_time_zones() {
+        let w = [window(&[], "03:00", 60, "UTC")];
+        assert_eq!(
+            fit(&w, t("2026-12-03T11:00:00Z"), 0),
+            Ok(t("2026-12-04T03:00:00Z"))
+        );
+        assert_eq!(
+            fit(&[], t("2026-12-03T11:00:00Z"), 0).map(|_| ()),
+            Err(format!(
+                "no maintenance window opens in the next {LOOK_AHEAD_DAYS} days"
+            ))
+        );
+        let bad = [window(&[], "03:00", 60, "Mars/Olympus")];
+        assert!(
+            problem(&bad).unwrap().contains("unknown time zone"),
+            "{:?}",
+            problem(&bad)
+        );
+        assert_eq!(problem(&w), None);
+    }
+}
