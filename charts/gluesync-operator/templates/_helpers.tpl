@@ -170,6 +170,12 @@ spec:
   drainTimeoutSeconds: {{ $p.drainTimeoutSeconds }}
   stabilityWindowSeconds: {{ $p.stabilityWindowSeconds }}
   stabilityTimeoutSeconds: {{ $p.stabilityTimeoutSeconds }}
+  {{- with $p.maintenanceWindows }}
+  maintenanceWindows:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  approval: {{ $p.approval | default "automatic" }}
+  approvalTimeoutMinutes: {{ $p.approvalTimeoutMinutes | default 1440 }}
   selfUpdate:
     enabled: {{ .selfUpdate }}
   {{- with $dr }}

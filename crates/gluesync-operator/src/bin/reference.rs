@@ -27,17 +27,18 @@ const KIT_EXCEPTIONS: &[(&str, &str)] = &[
     ("spec.selfUpdate", "operator.selfUpdate"),
 ];
 
-/// Spec fields the charts take as one block with no default (`platform.disasterRecovery: {}`): the
-/// values below them are named by the rule but are not in `values.yaml`.
+/// Spec fields the charts take as one block with no default (`platform.disasterRecovery: {}`,
+/// `platform.maintenanceWindows: []`): the values below them are named by the rule but are not in
+/// `values.yaml`.
 #[cfg(test)]
-const WHOLE_BLOCKS: &[&str] = &["spec.disasterRecovery"];
+const WHOLE_BLOCKS: &[&str] = &["spec.disasterRecovery", "spec.maintenanceWindows"];
 
 /// The Helm value to look for in `values.yaml` for a field: the field's own, or its whole block's.
 #[cfg(test)]
 fn in_values(field: &str, name: &str) -> String {
     for block in WHOLE_BLOCKS {
         if let Some(rest) = field.strip_prefix(block)
-            && rest.starts_with('.')
+            && (rest.starts_with('.') || rest.starts_with('['))
         {
             return name.strip_suffix(rest).unwrap_or(name).to_string();
         }
