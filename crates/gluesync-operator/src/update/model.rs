@@ -85,8 +85,24 @@ struct Process {
     answer: Option<Answer>,
 }
 
+/// A gate of the user's terms the model's spec has.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum Gate {
+    /// `approval: manual`, refused after a minute; the user may approve at any point once the status
+    /// names the approval.
+    Approval,
+    /// A maintenance window from 60 s to 120 s (08:01 to 08:02 UTC).
+    Window,
+}
+
+/// When the model's window opens.
+const WINDOW_OPENS: i64 = 60;
+
 #[derive(Clone, Debug)]
 struct State {
+    gate: Option<Gate>,
+    /// The user wrote the approve annotation.
+    approved: bool,
     now: i64,
     /// Orders events within a second (exit acknowledgements before a later list).
     seq: i64,
@@ -107,22 +123,35 @@ fn time(now: i64, seq: i64) -> Time {
 }
 
 impl State {
-    fn initial(fate: Fate, budget: Budget) -> State {
+    fn initial(fate: Fate, budget: Budget, gate: Option<Gate>) -> State {
         let spec = |v: &str| {
-            serde_json::from_value::<GluesyncPlatformSpec>(serde_json::json!({
+            let mut spec = serde_json::json!({
                 "version": v,
                 "drainTimeoutSeconds": 5,
                 "stabilityWindowSeconds": 0,
                 "stabilityTimeoutSeconds": 10,
                 "catalog": {"url": "https://catalog"},
-            }))
-            .unwrap()
+            });
+            match gate {
+                Some(Gate::Approval) => {
+                    spec["approval"] = "manual".into();
+                    spec["approvalTimeoutMinutes"] = 1.into();
+                }
+                Some(Gate::Window) => {
+                    spec["maintenanceWindows"] =
+                        serde_json::json!([{"start": "08:01", "durationMinutes": 1}]);
+                }
+                None => {}
+            }
+            serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap()
         };
         let mut gsp = GluesyncPlatform::new("gluesync", spec("2.3.2.1"));
         gsp.metadata.namespace = Some("ns".into());
         gsp.metadata.uid = Some("uid".into());
         gsp.metadata.generation = Some(1);
         let mut s = State {
+            gate,
+            approved: false,
             now: 0,
             seq: 0,
             gsp: gsp.clone(),
@@ -165,7 +194,8 @@ impl State {
         let mut k = String::with_capacity(2048);
         let _ = write!(
             k,
-            "{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            "{}|{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            self.approved,
             self.now,
             self.seq,
             serde_json::to_string(&self.gsp.status).unwrap_or_default(),
@@ -500,6 +530,7 @@ impl State {
             );
         }
         deadlines.extend(status.late_maintenance.as_ref().map(|l| secs(&l.until)));
+        deadlines.extend(status.next_window.as_ref().map(secs));
         deadlines.extend(self.gko.report.exits.values().map(|t| secs(&t) + 15));
         let next = deadlines.into_iter().filter(|d| *d > self.now).min()?;
         if self.late.iter().any(|l| l.by < next) {
@@ -560,6 +591,18 @@ impl State {
             });
             out.push(("the catalog answers".into(), s));
         }
+        // The user approves the update the status names, once.
+        if self.gate == Some(Gate::Approval)
+            && !self.approved
+            && let Some(id) = self.status().update.and_then(|u| u.approval_id)
+        {
+            let mut s = self.clone();
+            s.approved = true;
+            s.gsp
+                .annotations_mut()
+                .insert(crate::api::APPROVE_ANNOTATION.into(), id);
+            out.push(("the user approves the update".into(), s));
+        }
         // Core Hub applies a late request.
         for (i, l) in self.late.iter().enumerate() {
             let mut s = self.clone();
@@ -610,6 +653,22 @@ impl State {
     /// The always-properties.
     fn check(&self) -> Result<(), String> {
         let status = self.status();
+        // Before the approval, and before the window opens, nothing is paused or changed.
+        let closed = match self.gate {
+            Some(Gate::Approval) => (!self.approved).then_some("before its approval"),
+            Some(Gate::Window) => (self.now < WINDOW_OPENS).then_some("before the window opens"),
+            None => None,
+        };
+        if let Some(when) = closed {
+            let paused = RUNNING
+                .iter()
+                .any(|p| self.pipelines[*p] || self.late.iter().any(|l| l.id == *p && l.enter));
+            if paused || self.image != OLD {
+                return Err(format!(
+                    "{when}, a pipeline was paused or Core Hub's image changed"
+                ));
+            }
+        }
         let recorded: HashSet<&str> = status
             .paused_pipelines
             .iter()
@@ -795,13 +854,18 @@ pub struct Outcome {
 
 /// Explores every history from the start, breadth-first, up to `max_states` distinct states.
 pub fn explore(budget: Budget, max_states: usize) -> Outcome {
+    explore_with(budget, max_states, None)
+}
+
+/// [`explore`], with a gate of the user's terms in the spec.
+fn explore_with(budget: Budget, max_states: usize, gate: Option<Gate>) -> Outcome {
     let started = Instant::now();
     let mut parents: HashMap<String, (Option<String>, String)> = HashMap::new();
     let mut queue: VecDeque<(State, usize)> = VecDeque::new();
     let mut good: HashSet<String> = HashSet::new();
     let mut depth = 0;
     for fate in [Fate::Ready, Fate::CrashLoop, Fate::Unpullable] {
-        let s = State::initial(fate, budget);
+        let s = State::initial(fate, budget, gate);
         parents.insert(
             s.key(),
             (
@@ -935,6 +999,12 @@ fn the_update_keeps_its_promises_exhaustively() {
     report("full", budget, &o);
     assert!(o.violation.is_none());
     assert!(o.states >= 100_000, "{} states", o.states);
+    // And with each gate of the user's terms, deep enough to reach the approval's timeout and the window.
+    for gate in [Gate::Approval, Gate::Window] {
+        let o = explore_with(budget, max / 4, Some(gate));
+        report(&format!("full, {gate:?}"), budget, &o);
+        assert!(o.violation.is_none(), "{gate:?}");
+    }
 }
 
 /// Each property bites: a deliberately broken engine is caught, with its shortest history.
@@ -1018,4 +1088,37 @@ fn a_refused_update_that_changes_the_phase_is_caught() {
         },
         "the phase is",
     );
+}
+
+/// The user's terms: under `approval: manual` nothing is paused or changed before the approval (which
+/// may come at any point, or never: the update is then Refused), and nothing before the window opens;
+/// every other promise holds as without them.
+#[test]
+fn nothing_is_paused_or_changed_before_the_approval_or_the_window() {
+    for gate in [Gate::Approval, Gate::Window] {
+        let o = explore_with(SMALL, 6_000, Some(gate));
+        report(&format!("{gate:?}"), SMALL, &o);
+        assert!(o.violation.is_none(), "{gate:?}");
+        assert!(o.states >= 3_000, "{gate:?}: {} states", o.states);
+    }
+}
+
+#[test]
+fn an_engine_that_ignores_the_gates_is_caught() {
+    for gate in [Gate::Approval, Gate::Window] {
+        set_mutant(Some(Mutant::IgnoreGate));
+        let o = explore_with(SMALL, 50_000, Some(gate));
+        set_mutant(None);
+        report(&format!("IgnoreGate {gate:?}"), SMALL, &o);
+        let lines = o
+            .violation
+            .unwrap_or_else(|| panic!("IgnoreGate under {gate:?} was not caught"));
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .contains("a pipeline was paused or Core Hub's image changed"),
+            "{lines:?}"
+        );
+    }
 }

@@ -34,11 +34,13 @@ pub(crate) enum Mutant {
     ReadyAlone,
     /// An image change also sets the container's `imagePullPolicy`.
     PullPolicy,
+    /// The step Waiting goes on at once: no approval, no window is waited for.
+    IgnoreGate,
 }
 
 impl Mutant {
     #[cfg(all(not(test), feature = "test-hooks"))]
-    const ALL: [Mutant; 11] = [
+    const ALL: [Mutant; 12] = [
         Mutant::OldResume,
         Mutant::PauseBeforeRecord,
         Mutant::PatchBeforeDrained,
@@ -50,6 +52,7 @@ impl Mutant {
         Mutant::ForgetAsked,
         Mutant::ReadyAlone,
         Mutant::PullPolicy,
+        Mutant::IgnoreGate,
     ];
 }
 
