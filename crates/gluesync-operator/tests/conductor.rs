@@ -1132,3 +1132,71 @@ async fn a_slow_client_is_cut_off() -> anyhow::Result<()> {
     assert_eq!(ui.get("/health", None).await?.0, 200);
     Ok(())
 }
+
+/// The UI's update on the user's terms: outside every window it is `Scheduled` with the window's start,
+/// under `approval: manual` it waits for its approval; in both, nothing is paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_from_the_ui_outside_the_window_is_scheduled_and_a_supervised_one_waits()
+-> anyhow::Result<()> {
+    // A window that opened an hour ago and lasted a minute: closed until tomorrow.
+    let hour_ago = jiff::Timestamp::now()
+        .checked_sub(jiff::SignedDuration::from_hours(1))?
+        .strftime("%H:%M")
+        .to_string();
+    let (ns, sim, _gko, ui) = serving(
+        "ui-window",
+        json!({"maintenanceWindows": [{"start": hour_ago, "durationMinutes": 1}]}),
+    )
+    .await?;
+    wait_settled(&ns).await?;
+    let manager = sim.token_for("manager");
+    let (code, body) = ui
+        .post("/conductor/api/containers", Some(&manager), update_all())
+        .await?;
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(body["data"]["result"], "Scheduled", "{body}");
+    let g = platforms(&ns).get("gluesync").await?;
+    let next = g
+        .status
+        .as_ref()
+        .and_then(|s| s.next_window.clone())
+        .unwrap();
+    assert_eq!(
+        body["data"]["scheduledAt"],
+        serde_json::to_value(&next)?,
+        "{body}"
+    );
+    assert!(
+        next.0 > jiff::Timestamp::now(),
+        "the next window is ahead: {next:?}"
+    );
+    assert!(
+        g.status.as_ref().unwrap().update.is_none(),
+        "no update started"
+    );
+    assert!(sim.calls().enter.is_empty(), "nothing paused");
+
+    // Supervised instead: the answer says the update waits for its approval, with its approvalID.
+    patch_spec(
+        &ns,
+        json!({"maintenanceWindows": null, "approval": "manual"}),
+    )
+    .await?;
+    let g = wait_for_platform(&ns, "the update to wait for its approval", |g| {
+        g.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.reason == "WaitingForApproval")
+        })
+    })
+    .await?;
+    let id = g.status.unwrap().update.unwrap().approval_id.unwrap();
+    let (code, body) = ui
+        .post("/conductor/api/containers", Some(&manager), update_all())
+        .await?;
+    assert_eq!(code, 202, "{body}");
+    assert_eq!(body["data"]["result"], "WaitingForApproval", "{body}");
+    assert_eq!(body["data"]["approvalID"], id.as_str(), "{body}");
+    assert!(sim.calls().enter.is_empty(), "nothing paused");
+    Ok(())
+}
