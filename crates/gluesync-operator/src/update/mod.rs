@@ -27,6 +27,7 @@ mod rollout;
 mod selfupdate;
 #[cfg(test)]
 mod tests;
+mod windows;
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -402,6 +403,51 @@ fn mark_updating(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision, u: Up
     d.status.observed_generation = Some(generation);
     d.status.phase = Some(Phase::Updating);
     d.status.update = Some(u);
+}
+
+/// A `spec.requestID` the last update did not answer: the user (or the Core Hub UI) asks again.
+fn new_request(gsp: &GluesyncPlatform) -> bool {
+    let last = gsp
+        .status
+        .as_ref()
+        .and_then(|s| s.last_attempt.as_ref())
+        .and_then(|a| a.request_id.as_ref());
+    gsp.spec.request_id.is_some() && gsp.spec.request_id.as_ref() != last
+}
+
+/// A new update of the spec as it is, at Preflight; `brought_request`: the spec's `requestID` is new to
+/// it (it names this plan's approval).
+fn fresh(gsp: &GluesyncPlatform, obs: &Observed, brought_request: bool) -> UpdateStatus {
+    let previous = gsp.status.clone().unwrap_or_default();
+    let core_hub = obs
+        .workloads
+        .iter()
+        .find(|w| w.component_type == Some(ComponentType::CoreHub));
+    let from = match previous.update.as_ref() {
+        // A plan made again keeps where the update started from.
+        Some(u) => u.from.clone(),
+        None => core_hub.and_then(|w| w.version()),
+    };
+    UpdateStatus {
+        step: step(gsp, UpdateStep::Preflight, &obs.now),
+        target: Some(gsp.spec.version.clone()),
+        from,
+        request_id: gsp.spec.request_id.clone(),
+        new_request: new_request(gsp),
+        channel: request_channel(gsp),
+        requested_by: Some(requested_by(gsp, new_request(gsp))),
+        generation: gsp.metadata.generation.unwrap_or(0),
+        started_at: obs.now.clone(),
+        components: vec![],
+        approval_id: gate::approval_id(gsp, gsp.spec.request_id.as_deref(), brought_request),
+        steps: vec![],
+        resumed_pipelines: crate::api::PipelineList::new(),
+        outcome: None,
+        previous_phase: previous
+            .update
+            .as_ref()
+            .map_or(previous.phase, |u| u.previous_phase),
+    }
 }
 
 /// The components a new request of the Core Hub UI named, when it named some: only they move by the

@@ -1,11 +1,11 @@
 //! Starting an update, Preflight (is it valid, what changes) and Snapshot (the images before).
 
-use super::{Decision, Observed, move_to, settle_outcome, step};
+use super::{Decision, Observed, move_to, settle_outcome};
 use crate::{
     api::version::{ImageRef, Version},
     api::{
-        ComponentState, ComponentType, GluesyncPlatform, PipelineList, PlannedComponent,
-        UpdateResult, UpdateStatus, UpdateStep,
+        ComponentState, ComponentType, GluesyncPlatform, PlannedComponent, UpdateResult,
+        UpdateStatus, UpdateStep,
     },
     update::catalog::Check,
     update::observed::Workload,
@@ -33,16 +33,6 @@ pub fn target_image(image: &str, desired: &str, registry: Option<&str>) -> Optio
     Some(format!("{repository}:{tag}"))
 }
 
-/// A `spec.requestID` the last update did not answer: the user (or the Core Hub UI) asks again.
-fn new_request(gsp: &GluesyncPlatform) -> bool {
-    let last = gsp
-        .status
-        .as_ref()
-        .and_then(|s| s.last_attempt.as_ref())
-        .and_then(|a| a.request_id.as_ref());
-    gsp.spec.request_id.is_some() && gsp.spec.request_id.as_ref() != last
-}
-
 /// Is there something the spec asks for that this generation has not yet tried?
 pub(super) fn wants_update(gsp: &GluesyncPlatform, workloads: &[Workload]) -> bool {
     let status = gsp.status.clone().unwrap_or_default();
@@ -67,7 +57,7 @@ pub(super) fn wants_update(gsp: &GluesyncPlatform, workloads: &[Workload]) -> bo
             .get(&w.name)
             .is_some_and(|pin| !status::runs_version(&w.image, pin))
     });
-    new_request(gsp) || core_hub_behind || pin_behind
+    super::new_request(gsp) || core_hub_behind || pin_behind
 }
 
 /// The decision that starts an update, when the spec asks for one.
@@ -80,7 +70,7 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
         .iter()
         .find(|w| w.component_type == Some(ComponentType::CoreHub));
     let mut status = status::idle(gsp, obs.workloads, &obs.now);
-    let update = fresh(gsp, obs, new_request(gsp));
+    let update = super::fresh(gsp, obs, super::new_request(gsp));
     let from = core_hub.and_then(|w| w.version()).unwrap_or_default();
     let who = match &update.requested_by {
         Some(crate::api::RequestedBy {
@@ -106,41 +96,6 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
     d.again = true;
     super::mark_updating(gsp, obs, &mut d, update);
     Some(d)
-}
-
-/// A new update of the spec as it is, at Preflight; `brought_request`: the spec's `requestID` is new to
-/// it (it names this plan's approval).
-pub(super) fn fresh(gsp: &GluesyncPlatform, obs: &Observed, brought_request: bool) -> UpdateStatus {
-    let previous = gsp.status.clone().unwrap_or_default();
-    let core_hub = obs
-        .workloads
-        .iter()
-        .find(|w| w.component_type == Some(ComponentType::CoreHub));
-    let from = match previous.update.as_ref() {
-        // A plan made again keeps where the update started from.
-        Some(u) => u.from.clone(),
-        None => core_hub.and_then(|w| w.version()),
-    };
-    UpdateStatus {
-        step: step(gsp, UpdateStep::Preflight, &obs.now),
-        target: Some(gsp.spec.version.clone()),
-        from,
-        request_id: gsp.spec.request_id.clone(),
-        new_request: new_request(gsp),
-        channel: super::request_channel(gsp),
-        requested_by: Some(super::requested_by(gsp, new_request(gsp))),
-        generation: gsp.metadata.generation.unwrap_or(0),
-        started_at: obs.now.clone(),
-        components: vec![],
-        approval_id: super::gate::approval_id(gsp, gsp.spec.request_id.as_deref(), brought_request),
-        steps: vec![],
-        resumed_pipelines: PipelineList::new(),
-        outcome: None,
-        previous_phase: previous
-            .update
-            .as_ref()
-            .map_or(previous.phase, |u| u.previous_phase),
-    }
 }
 
 fn refuse(

@@ -70,7 +70,7 @@ pub fn problem(gsp: &GluesyncPlatform, workloads: &[Workload]) -> Option<Problem
             });
         }
     }
-    if let Some(why) = super::gate::problem(&gsp.spec.maintenance_windows) {
+    if let Some(why) = super::windows::problem(&gsp.spec.maintenance_windows) {
         return Some(Problem {
             reason: "InvalidMaintenanceWindow",
             message: why,
