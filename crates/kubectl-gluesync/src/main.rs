@@ -398,41 +398,46 @@ fn settled(gsp: &GluesyncPlatform) -> bool {
 /// The replicas of the workloads the update rolls now, read from their controllers (none when nothing
 /// rolls, or when they cannot be read: the screen then says what the status says).
 async fn live(client: &Client, namespace: &str, gsp: &GluesyncPlatform) -> screen::Live {
-    use gluesync_operator::api::{ComponentState, WorkloadKind};
+    use gluesync_operator::api::WorkloadKind;
     use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
     let mut out = screen::Live::new();
     let Some(u) = gsp.status.as_ref().and_then(|s| s.update.as_ref()) else {
         return out;
     };
-    for c in u.components.iter().filter(|c| {
-        matches!(
-            c.state,
-            ComponentState::Patched | ComponentState::RollingBack
-        )
-    }) {
+    for c in u.components.iter().filter(|c| screen::is_rolling(c)) {
+        let replicas =
+            |desired: Option<i32>, updated: Option<i32>, ready: Option<i32>| screen::Replicas {
+                desired: desired.unwrap_or(1).into(),
+                updated: updated.unwrap_or(0).into(),
+                ready: ready.unwrap_or(0).into(),
+            };
         let r = match c.kind {
-            WorkloadKind::StatefulSet => {
-                let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-                api.get_opt(&c.name).await.ok().flatten().map(|s| {
+            WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), namespace)
+                .get_opt(&c.name)
+                .await
+                .ok()
+                .flatten()
+                .map(|s| {
                     let st = s.status.unwrap_or_default();
-                    screen::Replicas {
-                        desired: s.spec.and_then(|x| x.replicas).unwrap_or(1).into(),
-                        updated: st.updated_replicas.unwrap_or(0).into(),
-                        ready: st.ready_replicas.unwrap_or(0).into(),
-                    }
-                })
-            }
-            WorkloadKind::Deployment => {
-                let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-                api.get_opt(&c.name).await.ok().flatten().map(|d| {
+                    replicas(
+                        s.spec.and_then(|x| x.replicas),
+                        st.updated_replicas,
+                        st.ready_replicas,
+                    )
+                }),
+            WorkloadKind::Deployment => Api::<Deployment>::namespaced(client.clone(), namespace)
+                .get_opt(&c.name)
+                .await
+                .ok()
+                .flatten()
+                .map(|d| {
                     let st = d.status.unwrap_or_default();
-                    screen::Replicas {
-                        desired: d.spec.and_then(|x| x.replicas).unwrap_or(1).into(),
-                        updated: st.updated_replicas.unwrap_or(0).into(),
-                        ready: st.ready_replicas.unwrap_or(0).into(),
-                    }
-                })
-            }
+                    replicas(
+                        d.spec.and_then(|x| x.replicas),
+                        st.updated_replicas,
+                        st.ready_replicas,
+                    )
+                }),
         };
         if let Some(r) = r {
             out.insert(c.name.clone(), r);

@@ -311,6 +311,24 @@ pub fn runs(plan: &Plan) -> bool {
     matches!(plan.preview.verdict, Verdict::Runs { .. })
 }
 
+/// Would the update pause pipelines (it runs, and Core Hub changes)?
+fn pauses(plan: &Plan) -> bool {
+    matches!(
+        plan.preview.verdict,
+        Verdict::Runs {
+            next: UpdateStep::Drain
+        }
+    )
+}
+
+/// The platform's past updates.
+fn history(gsp: &GluesyncPlatform) -> &[gluesync_operator::api::HistoryEntry] {
+    gsp.status
+        .as_ref()
+        .map(|s| s.history.as_slice())
+        .unwrap_or(&[])
+}
+
 fn verdict_text(plan: &Plan) -> (String, String) {
     match &plan.preview.verdict {
         Verdict::Runs {
@@ -356,11 +374,7 @@ fn checks(gsp: &GluesyncPlatform, plan: &Plan) -> Vec<String> {
             plan.version
         ),
     });
-    let history = gsp
-        .status
-        .as_ref()
-        .map(|s| s.history.as_slice())
-        .unwrap_or(&[]);
+    let history = history(gsp);
     let (medians, n) = screen::step_medians(history);
     let last_drain = medians
         .get(&UpdateStep::Drain)
@@ -371,12 +385,7 @@ fn checks(gsp: &GluesyncPlatform, plan: &Plan) -> Vec<String> {
             )
         })
         .unwrap_or_default();
-    if matches!(
-        plan.preview.verdict,
-        Verdict::Runs {
-            next: UpdateStep::Drain
-        }
-    ) {
+    if pauses(plan) {
         out.push(format!(
             "drain timeout: every running pipeline must reach maintenance mode within {} \
              (drainTimeoutSeconds), or the update is refused and they are resumed{last_drain}",
@@ -464,17 +473,8 @@ pub fn text(gsp: &GluesyncPlatform, plan: &Plan) -> String {
         s.push_str(&format!("  - {c}\n"));
     }
     if runs(plan) {
-        let core_hub_changes = matches!(
-            p.verdict,
-            Verdict::Runs {
-                next: UpdateStep::Drain
-            }
-        );
-        let history = gsp
-            .status
-            .as_ref()
-            .map(|s| s.history.as_slice())
-            .unwrap_or(&[]);
+        let core_hub_changes = pauses(plan);
+        let history = history(gsp);
         s.push_str(&match screen::estimate_update(history, core_hub_changes) {
             Some((whole, paused, n)) if core_hub_changes => format!(
                 "Estimate:   about {}, pipelines paused about {} (the median time of each step over {n} \
@@ -515,17 +515,8 @@ pub fn json(gsp: &GluesyncPlatform, plan: &Plan) -> Value {
         .filter(|c| c.to_image.is_some())
         .map(|c| c.name.as_str())
         .collect();
-    let history = gsp
-        .status
-        .as_ref()
-        .map(|s| s.history.as_slice())
-        .unwrap_or(&[]);
-    let core_hub_changes = matches!(
-        p.verdict,
-        Verdict::Runs {
-            next: UpdateStep::Drain
-        }
-    );
+    let history = history(gsp);
+    let core_hub_changes = pauses(plan);
     let estimate = screen::estimate_update(history, core_hub_changes)
         .filter(|_| runs(plan))
         .map(|(whole, paused, n)| json!({"seconds": whole, "pausedSeconds": paused, "pastUpdates": n}));

@@ -161,6 +161,14 @@ pub struct Replicas {
 /// The replicas of the workloads an update rolls, by name, as read when the screen was drawn.
 pub type Live = BTreeMap<String, Replicas>;
 
+/// Is this component rolling now (a new image written, or an old one put back, and not yet stable)?
+pub fn is_rolling(c: &gluesync_operator::api::PlannedComponent) -> bool {
+    matches!(
+        c.state,
+        ComponentState::Patched | ComponentState::RollingBack
+    )
+}
+
 /// The components rolling now (a new image written, or an old one put back, and not yet stable), each
 /// with its replicas when known and the seconds left of its stability window once it began.
 pub fn rolling(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> Vec<String> {
@@ -170,12 +178,7 @@ pub fn rolling(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> Vec<Strin
     let window = gsp.spec.stability_window_seconds;
     u.components
         .iter()
-        .filter(|c| {
-            matches!(
-                c.state,
-                ComponentState::Patched | ComponentState::RollingBack
-            )
-        })
+        .filter(|c| is_rolling(c))
         .map(|c| {
             let mut parts = vec![c.name.clone()];
             if let Some(r) = live.get(&c.name) {

@@ -4,10 +4,11 @@
 
 #[path = "../../gluesync-operator/tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::{
     io::{BufRead, BufReader},
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -15,24 +16,7 @@ use common::*;
 use gko_test_support::TestNamespace;
 use gluesync_operator::api::{Phase, UpdateResult};
 use serde_json::json;
-
-/// Runs the plugin in the test's namespace, with the control plane's kubeconfig.
-fn plugin(ns: &TestNamespace, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kubectl-gluesync"))
-        .args(["-n", &ns.name])
-        .args(args)
-        .env("KUBECONFIG", &ns.cp.kubeconfig)
-        .output()
-        .expect("the plugin runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use support::{plugin, stderr, stdout};
 
 /// `update VERSION` is refused: exit code 1, `says` on standard error, and the spec's version unchanged.
 async fn refused(ns: &TestNamespace, version: &str, says: &str) -> anyhow::Result<String> {

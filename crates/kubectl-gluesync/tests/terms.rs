@@ -4,8 +4,9 @@
 
 #[path = "../../gluesync-operator/tests/common/mod.rs"]
 mod common;
+mod support;
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use common::*;
 use gko_test_support::TestNamespace;
@@ -13,19 +14,7 @@ use gluesync_operator::api::{
     APPROVE_ANNOTATION, GluesyncPlatform, Phase, UpdateResult, UpdateStep,
 };
 use serde_json::json;
-
-fn plugin(ns: &TestNamespace, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kubectl-gluesync"))
-        .args(["-n", &ns.name])
-        .args(args)
-        .env("KUBECONFIG", &ns.cp.kubeconfig)
-        .output()
-        .expect("the plugin runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use support::{plugin, stderr, stdout};
 
 fn reconciling(g: &GluesyncPlatform) -> Option<String> {
     g.status
@@ -56,9 +45,9 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
     let o = plugin(&ns, &["approve"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o.stderr).contains("no update of gluesyncplatform/gluesync runs"),
+        stderr(&o).contains("no update of gluesyncplatform/gluesync runs"),
         "{}",
-        text(&o.stderr)
+        stderr(&o)
     );
 
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
@@ -84,7 +73,7 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
         image_of(&ns, "statefulset", "gluesync-gluesync-core-hub").await?,
         "molo17/gluesync-core-hub:2.3.2.1"
     );
-    let screen = text(&plugin(&ns, &["status"]).stdout);
+    let screen = stdout(&plugin(&ns, &["status"]));
     assert!(screen.contains("Step:       Waiting (3 of 9)"), "{screen}");
     assert!(
         screen.contains(&format!(
@@ -92,7 +81,7 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
         )),
         "{screen}"
     );
-    let plan = text(&plugin(&ns, &["plan", "2.3.2.2"]).stdout);
+    let plan = stdout(&plugin(&ns, &["plan", "2.3.2.2"]));
     assert!(
         plan.contains("no update would start: an update to 2.3.2.2 runs now (step Waiting)"),
         "{plan}"
@@ -124,8 +113,8 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
 
     // `kubectl gluesync approve`: the drain begins, and the update ends as any other.
     let o = plugin(&ns, &["approve"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).contains(&format!("{APPROVE_ANNOTATION}=generation-3")));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("{APPROVE_ANNOTATION}=generation-3")));
     let g = wait_finished(&ns, 3).await?;
     let s = g.status.unwrap();
     assert_eq!(
@@ -219,7 +208,7 @@ async fn a_closed_window_holds_the_update_until_it_opens_and_its_closing_does_no
             .await?
             .contains(&"WaitingForMaintenanceWindow".to_string())
     );
-    let screen = text(&plugin(&ns, &["status"]).stdout);
+    let screen = stdout(&plugin(&ns, &["status"]));
     assert!(
         screen.contains("Window:     the update waits for the maintenance window at"),
         "{screen}"
@@ -251,6 +240,22 @@ async fn a_closed_window_holds_the_update_until_it_opens_and_its_closing_does_no
         started >= opens,
         "started {started}, the window opened {opens}"
     );
+    // The window closes while the drain waits for its late requests: still in Drain after its end.
+    let closes = opens
+        .checked_add(jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    let left = closes.duration_since(jiff::Timestamp::now()).as_secs() + 2;
+    tokio::time::sleep(Duration::from_secs(left.max(0) as u64)).await;
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(
+        step_of(&g),
+        Some(UpdateStep::Drain),
+        "the drain outlasts the window"
+    );
+    assert!(
+        sim.pending_maintenance() > 0,
+        "the late requests have not landed yet"
+    );
     let g = wait_finished_within(&ns, 2, Duration::from_secs(240)).await?;
     let s = g.status.unwrap();
     assert_eq!(
@@ -259,10 +264,7 @@ async fn a_closed_window_holds_the_update_until_it_opens_and_its_closing_does_no
     );
     let ended = s.last_attempt.as_ref().unwrap().finished_at.0;
     assert!(
-        ended
-            > opens
-                .checked_add(jiff::SignedDuration::from_secs(60))
-                .unwrap(),
+        ended > closes,
         "the update ran past the window's end ({ended}): the window did not stop it"
     );
     assert!(s.next_window.is_none());

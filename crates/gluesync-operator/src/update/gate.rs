@@ -215,10 +215,7 @@ pub(super) fn waiting(
     d: &mut Decision,
 ) {
     let now = &obs.now;
-    let core_hub_changes = u
-        .components
-        .iter()
-        .any(|c| super::rollout::is_core(c) && c.to_image.is_some());
+    let core_hub_changes = super::rollout::core_hub_changes(u);
     let next = if core_hub_changes {
         UpdateStep::Drain
     } else {
@@ -260,10 +257,11 @@ pub(super) fn waiting(
         return;
     }
     let windows = &gsp.spec.maintenance_windows;
-    let go = windows.is_empty()
-        || super::mutated(super::Mutant::IgnoreGate)
-        || matches!(fit(windows, now.0, need(gsp, core_hub_changes)), Ok(t) if t <= now.0);
-    if go {
+    let wait = (!windows.is_empty())
+        .then(|| fit(windows, now.0, need(gsp, core_hub_changes)))
+        .filter(|w| !matches!(w, Ok(t) if *t <= now.0))
+        .filter(|_| !super::mutated(super::Mutant::IgnoreGate));
+    let Some(wait) = wait else {
         if let Some(id) = &u.approval_id {
             d.event(
                 false,
@@ -280,8 +278,7 @@ pub(super) fn waiting(
             _ => "Core Hub stays; updating modules".into(),
         });
         return move_to(gsp, u, next, now, d);
-    }
-    let wait = fit(windows, now.0, need(gsp, core_hub_changes));
+    };
     let (m, at) = window_message(gsp, "the update", wait, core_hub_changes);
     if d.status.next_window != at {
         d.event(false, Reason::WaitingForMaintenanceWindow, m.clone());

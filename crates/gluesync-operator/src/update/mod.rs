@@ -497,9 +497,10 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     );
     let free = !deleting && !self_updating && !dr_busy && obs.access_problem.is_none();
     // Outside every maintenance window an update the spec asks for does not start.
-    let window_wait = (free && plan::wants_update(gsp, obs.workloads))
+    let window_wait = free
         .then(|| gate::start_wait(gsp, &obs.now))
-        .flatten();
+        .flatten()
+        .filter(|_| plan::wants_update(gsp, obs.workloads));
     if free
         && window_wait.is_none()
         && let Some(d) = plan::start(gsp, obs)

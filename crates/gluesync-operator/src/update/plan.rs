@@ -319,11 +319,7 @@ pub(super) fn snapshot(
             c.from_image = w.image.clone();
         }
     }
-    let core_hub_changes = u
-        .components
-        .iter()
-        .any(|c| super::rollout::is_core(c) && c.to_image.is_some());
-    if core_hub_changes {
+    if super::rollout::core_hub_changes(u) {
         // Nothing is paused before the finalizer is on: deleting the resource must resume what GKO paused.
         if !gsp
             .metadata

@@ -173,10 +173,6 @@ pub fn preview(
                     Some(Err(e)) => Err(e.clone()),
                     None => Err("Core Hub was not asked".into()),
                 };
-                if u.step.name() == UpdateStep::Drain {
-                    // Drain's first decision left it in Drain: what it asked is the plan's pause.
-                    p.update = Some(u);
-                }
                 p.verdict = Verdict::Runs {
                     next: UpdateStep::Drain,
                 };

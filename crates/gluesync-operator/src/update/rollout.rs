@@ -32,6 +32,13 @@ pub(super) fn is_core(c: &PlannedComponent) -> bool {
     )
 }
 
+/// Does the plan change Core Hub (or an agent)? Then its pipelines are paused first.
+pub(super) fn core_hub_changes(u: &crate::api::UpdateStatus) -> bool {
+    u.components
+        .iter()
+        .any(|c| is_core(c) && c.to_image.is_some())
+}
+
 /// The stability check of one component on `image`, until `deadline`: `Ok(true)` passed, `Ok(false)`
 /// not yet, `Err` failed. Only container restarts inside the window count: a pod that restarted while
 /// warming up, before it was ready, passes once it stays ready.
