@@ -16,7 +16,8 @@
 #   hack/controlplane.sh kstatus  print the path of the kstatus binary: hack/kstatus/go.mod, how Flux,
 #                                 Helm 4's --wait and kpt read a resource (`kubectl get gsp/gluesync -o json
 #                                 | kstatus`); its cache folder has a key of its own (hack/kstatus and the
-#                                 Go version), so changing it never rebuilds the control plane
+#                                 Go version), so changing it never rebuilds the control plane; and
+#                                 pullsim (hack/pullsim), the simulated node's image cache, the same way
 #
 # Settings (environment): GKO_CACHE_DIR (default ~/.cache/gluesync-operator) holds the binaries;
 # GKO_CLUSTER_DIR (default /tmp/gko-cluster) holds the running cluster's certificates, data, logs and
@@ -51,6 +52,14 @@ kstatus_src="$here/kstatus"
 kstatus_key() {
   { cat "$kstatus_src/go.mod" "$kstatus_src/go.sum" "$kstatus_src"/*.go; go env GOVERSION; } | sha256sum | cut -c1-16
 }
+
+# The simulated node's image cache (hack/pullsim: an image whose tag ends in "-slow-pull" takes
+# GKO_SLOW_PULL_SECONDS, default 20, to pull on a node that has not pulled it), with a key of its own too.
+pullsim_src="$here/pullsim"
+pullsim_key() {
+  { cat "$pullsim_src/go.mod" "$pullsim_src/go.sum" "$pullsim_src"/*.go; go env GOVERSION; } | sha256sum | cut -c1-16
+}
+pullsim_bin() { echo "$cache_dir/pullsim/$(pullsim_key)/bin/pullsim"; }
 
 kstatus_bin() { echo "$cache_dir/kstatus/$(kstatus_key)/bin/kstatus"; }
 
@@ -94,6 +103,26 @@ build_kstatus() {
   (cd "$kstatus_src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/kstatus" .)
   rm -rf "$bin"; mv "$tmp" "$bin"
   log "kstatus built in $((SECONDS - start)) s"
+}
+
+build_pullsim() {
+  local exe; exe=$(pullsim_bin)
+  if [ -x "$exe" ]; then
+    return
+  fi
+  command -v go >/dev/null || die "the Go toolchain is needed to build pullsim"
+  local bin; bin=$(dirname "$exe")
+  local tmp="$bin.tmp.$$"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  log "building pullsim into $bin"
+  local start=$SECONDS
+  (cd "$pullsim_src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/pullsim" .)
+  rm -rf "$bin"; mv "$tmp" "$bin"
+  log "pullsim built in $((SECONDS - start)) s"
+}
+
+start_pullsim() {
+  start_supervised pullsim "$(pullsim_bin)" --kubeconfig "$cluster_dir/kubeconfig"
 }
 
 kubeconfig_for() { # name token
@@ -229,10 +258,12 @@ restart() {
 
 up() {
   build
+  build_pullsim
   mkdir -p "$cluster_dir"
   exec 9>"$cluster_dir/.lock"
   flock 9
   if running; then
+    alive pullsim || start_pullsim
     log "cluster already running (KUBECONFIG=$cluster_dir/kubeconfig)"
     return
   fi
@@ -287,6 +318,7 @@ metadata:
     kubernetes.io/arch: amd64
     type: kwok
 EOF
+  start_pullsim
   wait_for "the simulated node to be Ready" 60 "$bin/kubectl" --kubeconfig "$cluster_dir/kubeconfig" \
     wait --for=condition=Ready node/kwok-node-0 --timeout=1s
   log "cluster up in $((SECONDS - start)) s: export KUBECONFIG=$cluster_dir/kubeconfig"
@@ -295,7 +327,7 @@ EOF
 stop_all() {
   local p pid
   [ -d "$cluster_dir/pids" ] || return 0
-  for p in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for p in pullsim kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
     if alive "$p"; then
       pid=$(cat "$cluster_dir/pids/$p")
       # A supervised process leads its own group: the loop and the process go together.
@@ -315,7 +347,7 @@ down() {
 }
 
 case "${1:-}" in
-  build) build; build_kstatus ;;
+  build) build; build_kstatus; build_pullsim ;;
   up) up ;;
   down) down ;;
   restart) restart "${2:-}" ;;

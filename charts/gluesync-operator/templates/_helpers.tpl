@@ -176,6 +176,10 @@ spec:
   {{- end }}
   approval: {{ $p.approval | default "automatic" }}
   approvalTimeoutMinutes: {{ $p.approvalTimeoutMinutes | default 1440 }}
+  {{- $pull := $p.prePull | default dict }}
+  prePull:
+    enabled: {{ if hasKey $pull "enabled" }}{{ $pull.enabled }}{{ else }}true{{ end }}
+    timeoutSeconds: {{ $pull.timeoutSeconds | default 300 }}
   selfUpdate:
     enabled: {{ .selfUpdate }}
   {{- with $dr }}

@@ -126,6 +126,14 @@ pub async fn run(
             .any_semantic(),
         &metrics,
     );
+    // The pre-pull pods GKO makes before a drain (see `update::prepull`).
+    let (pre_pulls, pre_pull_stream) = cached(
+        Api::<Pod>::namespaced(client.clone(), ns),
+        watcher::Config::default()
+            .labels(crate::api::PRE_PULL_LABEL)
+            .any_semantic(),
+        &metrics,
+    );
     // One watch of the GluesyncPlatforms feeds the controller and the Conductor API's view; `changed`
     // moves on each of its events (what the Conductor API waits on).
     let changed = tokio::sync::watch::channel(0u64).0;
@@ -156,6 +164,8 @@ pub async fn run(
         pods: pods.clone(),
         pods_wanted,
         spilled: spilled.clone(),
+        pre_pulls: pre_pulls.clone(),
+        refused_pods: Default::default(),
         changed,
         instance: settings.instance.clone(),
         access: settings.access.clone(),
@@ -200,12 +210,13 @@ pub async fn run(
     // is ready once it listed any selector; the controller also waits for the one of the current
     // workloads, `View::pods_listed`.)
     let ready_metrics = metrics.clone();
-    let (s, d, p, c) = (statefulsets, deployments, pods.store, spilled);
+    let (s, d, p, c, pp) = (statefulsets, deployments, pods.store, spilled, pre_pulls);
     tokio::spawn(async move {
         if s.wait_until_ready().await.is_ok()
             && d.wait_until_ready().await.is_ok()
             && p.wait_until_ready().await.is_ok()
             && c.wait_until_ready().await.is_ok()
+            && pp.wait_until_ready().await.is_ok()
         {
             ready_metrics.ready.store(true, Ordering::Relaxed);
         }
@@ -276,6 +287,13 @@ pub async fn run(
         .watches_stream(sts_stream, move |_| for_sts())
         .watches_stream(deploy_stream, move |_| for_deploy())
         .watches_stream(pod_stream, for_pods)
+        .watches_stream(pre_pull_stream, move |pod: Pod| {
+            let platform = pod.labels().get(crate::api::PRE_PULL_LABEL).cloned()?;
+            Some(
+                ObjectRef::<DeserializeGuard<GluesyncPlatform>>::new(&platform)
+                    .within(&pod.namespace()?),
+            )
+        })
         .watches_stream(spilled_stream, move |cm: ConfigMap| {
             let platform = cm.labels().get(crate::cluster::spill::LABEL).cloned()?;
             Some(

@@ -149,6 +149,7 @@ fn decided(g: &GluesyncPlatform, workloads: &[Workload]) -> GluesyncPlatform {
         access_problem: Access::default().problem(g, workloads, "gluesync"),
         me: None,
         dr: Default::default(),
+        pre_pulls: &[],
     };
     let mut out = g.clone();
     out.status = Some(update::decide(g, &obs).status);

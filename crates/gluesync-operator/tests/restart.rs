@@ -25,6 +25,7 @@ async fn an_update_survives_gko_killed_right_after_each_status_write() -> anyhow
     let steps = [
         UpdateStep::Preflight,
         UpdateStep::Snapshot,
+        UpdateStep::PrePull,
         UpdateStep::Drain,
         UpdateStep::CoreHub,
         UpdateStep::CoreHubRollback,
@@ -75,7 +76,10 @@ async fn an_update_survives_gko_killed_right_after_each_status_write() -> anyhow
         );
         if matches!(
             step,
-            UpdateStep::Drain | UpdateStep::CoreHub | UpdateStep::CoreHubRollback
+            UpdateStep::PrePull
+                | UpdateStep::Drain
+                | UpdateStep::CoreHub
+                | UpdateStep::CoreHubRollback
         ) {
             // Each of these writes before it acts: its own write is the fault point.
             assert_eq!(at, Some(step), "update {i}");

@@ -149,6 +149,7 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
         reasons,
         [
             "UpdateStarted",
+            "ImagesPrePulled",
             "PipelinesPaused",
             "CoreHubPatched",
             "CoreHubUpdated",
@@ -312,6 +313,7 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
         reasons,
         [
             "UpdateStarted",
+            "ImagesPrePulled",
             "PipelinesPaused",
             "CoreHubPatched",
             "CoreHubFailed",
@@ -337,8 +339,14 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
 async fn an_unpullable_core_hub_fails_without_waiting_for_the_timeout() -> anyhow::Result<()> {
     let ns = namespace("unpullable").await?;
     let sim = simulator().await?;
-    // A stability timeout far longer than the test's patience: only failing fast can pass.
-    install_with_simulator(&ns, &sim, json!({"stabilityTimeoutSeconds": 3600}))?;
+    // A stability timeout far longer than the test's patience: only failing fast can pass. Without the
+    // pre-pull (which refuses such an update before anything is paused, tests/prepull.rs), the stability
+    // check is what meets the image.
+    install_with_simulator(
+        &ns,
+        &sim,
+        json!({"stabilityTimeoutSeconds": 3600, "prePull": {"enabled": false}}),
+    )?;
     let _gko = Operator::start(&ns);
     wait_settled(&ns).await?;
     patch_spec(&ns, json!({"version": "2.3.2.2-unpullable"})).await?;
@@ -480,6 +488,7 @@ async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()>
         reasons,
         [
             "UpdateStarted",
+            "ImagesPrePulled",
             "PipelinesPaused",
             "DrainTimeout",
             "PipelinesResumed",

@@ -270,6 +270,7 @@ pub async fn make(
             access_problem: access_problem.clone(),
             me: None,
             dr: Default::default(),
+            pre_pulls: &[],
         };
         let p = preview(gsp, &version, &obs, listed.clone());
         match &p.verdict {

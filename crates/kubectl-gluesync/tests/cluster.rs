@@ -251,7 +251,9 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
             .iter()
             .map(|t| t.step)
             .collect::<Vec<_>>(),
-        [Preflight, Snapshot, Drain, CoreHub, Resume, Modules]
+        [
+            Preflight, Snapshot, PrePull, Drain, CoreHub, Resume, Modules
+        ]
     );
     let drain = s.history[0].steps.iter().find(|t| t.step == Drain).unwrap();
     assert!(drain.seconds >= 5, "each enter lands 6 s late: {drain:?}");

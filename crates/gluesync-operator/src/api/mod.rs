@@ -166,6 +166,12 @@ pub struct GluesyncPlatformSpec {
     #[serde(default)]
     pub self_update: SelfUpdateSpec,
 
+    /// Before the drain, the new Core Hub and agent images are pulled on the nodes that run their pods
+    /// now, so that the pull is not part of the pipelines' pause; a pull that fails refuses the update
+    /// before anything is paused. See docs/updates.md#pre-pull.
+    #[serde(default)]
+    pub pre_pull: PrePullSpec,
+
     /// Recurring windows in which an update may start changing things (its drain, or its modules). An
     /// update asked for outside every window waits for the next one; one whose estimated paused time
     /// does not fit in what is left of the window waits too. A window never interrupts an update that
@@ -339,6 +345,35 @@ pub struct SelfUpdateSpec {
     #[serde(default = "default_true")]
     pub enabled: bool,
 }
+
+/// The pre-pull of the new Core Hub and agent images, before the drain.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrePullSpec {
+    /// Pull the new images on the nodes first (a short-lived pod per node and image).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Seconds the pulls may take before the update is refused, nothing paused.
+    #[serde(default = "default_pre_pull_timeout")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: i64,
+}
+
+impl Default for PrePullSpec {
+    fn default() -> Self {
+        PrePullSpec {
+            enabled: true,
+            timeout_seconds: default_pre_pull_timeout(),
+        }
+    }
+}
+
+fn default_pre_pull_timeout() -> i64 {
+    300
+}
+
+/// The label of the pre-pull pods: the GluesyncPlatform they pull for.
+pub const PRE_PULL_LABEL: &str = "gluesync.molo17.com/pre-pull";
 
 impl Default for SelfUpdateSpec {
     fn default() -> Self {
@@ -561,6 +596,9 @@ pub enum Step {
     Preflight { since: Time, deadline: Time },
     /// Recording the image of every component.
     Snapshot { since: Time },
+    /// Pulling the new Core Hub and agent images on the nodes that run their pods, until `deadline`
+    /// (`prePull.timeoutSeconds`), then Refused; nothing paused.
+    PrePull { since: Time, deadline: Time },
     /// Nothing paused, nothing changed: waiting for the approval (until `deadline`, then Refused) or for
     /// a maintenance window (no deadline).
     Waiting {
@@ -623,6 +661,7 @@ impl Step {
         match self {
             Step::Preflight { since, .. }
             | Step::Snapshot { since }
+            | Step::PrePull { since, .. }
             | Step::Waiting { since, .. }
             | Step::Drain { since, .. }
             | Step::CoreHub { since, .. }
@@ -637,6 +676,7 @@ impl Step {
     pub fn deadline(&self) -> Option<&Time> {
         match self {
             Step::Preflight { deadline, .. }
+            | Step::PrePull { deadline, .. }
             | Step::Drain { deadline, .. }
             | Step::CoreHub { deadline, .. }
             | Step::CoreHubRollback { deadline, .. }

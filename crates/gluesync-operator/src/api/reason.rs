@@ -5,6 +5,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr, strum::EnumIter)]
 pub enum Reason {
     UpdateStarted,
+    ImagesPrePulled,
     WaitingForApproval,
     UpdateApproved,
     UpdatePlanReplaced,

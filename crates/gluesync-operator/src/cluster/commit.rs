@@ -320,11 +320,29 @@ async fn execute(
                 .map_err(|e| warn!(?kind, %name, error = %e, "removing failed; retrying"))?;
         }
         Action::DeletePod(pod) => {
-            info!(%pod, "deleting a pod of the failed revision");
+            info!(%pod, "deleting a pod (a stuck pod of a failed revision, or a pre-pull pod)");
             writer
                 .delete_pod(ns, &pod)
                 .await
                 .map_err(|e| warn!(%pod, error = %e, "deleting the pod failed; retrying"))?;
+        }
+        Action::CreatePod(pod) => {
+            let name = pod.name_any();
+            info!(pod = %name, image = pod.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.image.as_deref()).unwrap_or_default(), "creating a pre-pull pod");
+            match writer.create_pod(&pod).await {
+                Ok(()) => {}
+                // Refused for good (Forbidden, Invalid, a quota or an admission webhook): the engine
+                // reads the refusal and refuses the update.
+                Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => {
+                    warn!(pod = %name, error = %s.message, "the API server refused the pre-pull pod");
+                    view.refused_pod(&name, &pod, s.message.clone());
+                    return Err(());
+                }
+                Err(e) => {
+                    warn!(pod = %name, error = %e, "creating the pre-pull pod failed; retrying");
+                    return Err(());
+                }
+            }
         }
         Action::AddFinalizer | Action::RemoveFinalizer => {
             let on = action == Action::AddFinalizer;

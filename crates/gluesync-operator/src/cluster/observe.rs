@@ -76,6 +76,7 @@ pub struct Snapshot {
     pub access_problem: Option<Problem>,
     pub me: Option<String>,
     pub dr: DrObjects,
+    pub pre_pulls: Vec<crate::update::observed::PrePullPod>,
 }
 
 impl Snapshot {
@@ -111,6 +112,7 @@ impl Snapshot {
             access_problem,
             me,
             dr: dr.clone(),
+            pre_pulls: view.pre_pull_pods(),
         }
     }
 
@@ -125,6 +127,7 @@ impl Snapshot {
             access_problem: self.access_problem.clone(),
             me: self.me.clone(),
             dr: self.dr.clone(),
+            pre_pulls: &self.pre_pulls,
         }
     }
 }

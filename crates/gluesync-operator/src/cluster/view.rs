@@ -7,7 +7,7 @@ use std::sync::{Arc, atomic::Ordering};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
-    core::v1::{ConfigMap, Secret},
+    core::v1::{ConfigMap, Pod, Secret},
 };
 use kube::{Api, ResourceExt, core::DeserializeGuard, runtime::reflector::Store};
 use tokio::sync::watch;
@@ -34,12 +34,26 @@ pub struct View {
     pub pods_wanted: watch::Sender<PodSelector>,
     /// The ConfigMaps that hold long pipeline lists (see [`crate::cluster::spill`]).
     pub spilled: Store<ConfigMap>,
+    /// The pre-pull pods (see [`crate::update::prepull`]).
+    pub pre_pulls: Store<Pod>,
+    /// The pre-pull pods the API server refused to create: name, then the platform, when and why.
+    pub refused_pods: std::sync::Mutex<std::collections::BTreeMap<String, RefusedPod>>,
     /// Moves whenever a GluesyncPlatform changes in the cache.
     pub changed: watch::Sender<u64>,
     /// This process's name (the pod name in a cluster).
     pub instance: Option<String>,
     /// The Secrets it may read and the Core Hub URLs it may call.
     pub access: crate::update::access::Access,
+}
+
+/// A pre-pull pod the API server refused to create.
+#[derive(Clone, Debug)]
+pub struct RefusedPod {
+    pub platform: String,
+    pub node: String,
+    pub image: String,
+    pub at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    pub message: String,
 }
 
 /// A cached GluesyncPlatform that parsed, shared with the cache (not copied).
@@ -166,6 +180,55 @@ impl View {
         sum(0, self.statefulsets.state())
             .wrapping_add(sum(1, self.deployments.state()))
             .wrapping_add(sum(2, self.pods.store.state()))
+    }
+
+    /// Remembers that the API server refused to create the pre-pull pod `pod`.
+    pub fn refused_pod(&self, name: &str, pod: &Pod, message: String) {
+        let Some(seen) = crate::update::prepull::observe(pod) else {
+            return;
+        };
+        let refused = RefusedPod {
+            platform: seen.platform,
+            node: seen.node,
+            image: seen.image,
+            at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            message,
+        };
+        let mut all = self.refused_pods.lock().expect("refusals lock");
+        all.insert(name.to_string(), refused);
+        // A handful at most: the refusals of pods that were never made, newest kept.
+        while all.len() > 64 {
+            let oldest = all
+                .iter()
+                .min_by_key(|(_, r)| r.at.0)
+                .map(|(n, _)| n.clone())
+                .expect("not empty");
+            all.remove(&oldest);
+        }
+    }
+
+    /// The pre-pull pods as the engine reads them: those that exist, and those refused that do not.
+    pub fn pre_pull_pods(&self) -> Vec<crate::update::observed::PrePullPod> {
+        use crate::update::observed::{PrePullPod, PullState};
+        let mut seen: Vec<PrePullPod> = self
+            .pre_pulls
+            .state()
+            .iter()
+            .filter_map(|p| crate::update::prepull::observe(p))
+            .collect();
+        let refused = self.refused_pods.lock().expect("refusals lock");
+        for (name, r) in refused.iter() {
+            if !seen.iter().any(|p| &p.name == name) {
+                seen.push(PrePullPod {
+                    name: name.clone(),
+                    platform: r.platform.clone(),
+                    node: r.node.clone(),
+                    image: r.image.clone(),
+                    state: PullState::Refused(r.at.clone(), r.message.clone()),
+                });
+            }
+        }
+        seen
     }
 
     /// The labelled workloads of the namespace with their pods, from the watch caches.

@@ -19,8 +19,8 @@ use k8s_openapi::{
     api::{
         apps::v1::{Deployment, StatefulSet},
         core::v1::{
-            Container, ContainerState, ContainerStateWaiting, ContainerStatus, Pod, PodCondition,
-            PodSpec, PodStatus,
+            Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+            ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
         },
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta},
@@ -177,10 +177,17 @@ pub fn keep_pod(pod: &mut Pod) {
         name: meta.name,
         namespace: meta.namespace,
         uid: meta.uid,
-        labels: only(
-            meta.labels,
-            crate::cluster::workloads::POD_TEMPLATE_HASH_LABEL,
-        ),
+        labels: meta.labels.and_then(|l| {
+            let kept: BTreeMap<String, String> = l
+                .into_iter()
+                .filter(|(k, _)| {
+                    k == crate::cluster::workloads::POD_TEMPLATE_HASH_LABEL
+                        || k == crate::api::PRE_PULL_LABEL
+                })
+                .collect();
+            (!kept.is_empty()).then_some(kept)
+        }),
+        deletion_timestamp: meta.deletion_timestamp,
         annotations: only(meta.annotations, crate::api::DR_ANNOTATION),
         owner_references: meta.owner_references.map(|o| {
             o.into_iter()
@@ -199,6 +206,7 @@ pub fn keep_pod(pod: &mut Pod) {
                 ..Container::default()
             })
             .collect(),
+        node_name: spec.node_name,
         ..PodSpec::default()
     });
     pod.status = pod.status.take().map(|status| PodStatus {
@@ -218,17 +226,27 @@ pub fn keep_pod(pod: &mut Pod) {
                     name: c.name,
                     ready: c.ready,
                     restart_count: c.restart_count,
-                    state: c.state.and_then(|s| s.waiting).map(|w| ContainerState {
-                        waiting: Some(ContainerStateWaiting {
+                    // Whether it runs or ran (not since when), and why it waits.
+                    state: c.state.map(|s| ContainerState {
+                        waiting: s.waiting.map(|w| ContainerStateWaiting {
                             reason: w.reason,
                             message: w.message,
                         }),
-                        ..ContainerState::default()
+                        running: s.running.map(|_| ContainerStateRunning::default()),
+                        terminated: s.terminated.map(|t| ContainerStateTerminated {
+                            exit_code: t.exit_code,
+                            reason: t.reason,
+                            ..ContainerStateTerminated::default()
+                        }),
                     }),
+                    image_id: c.image_id,
                     ..ContainerStatus::default()
                 })
                 .collect()
         }),
+        phase: status.phase,
+        reason: status.reason,
+        message: status.message,
         ..PodStatus::default()
     });
 }
@@ -645,7 +663,12 @@ mod tests {
             kept.metadata.owner_references.as_ref().map(Vec::len),
             Some(1)
         );
-        assert_eq!(kept.spec.as_ref().and_then(|s| s.node_name.clone()), None);
+        // The node stays: the pre-pull pulls on the nodes Core Hub's pods run on.
+        assert_eq!(
+            kept.spec.as_ref().and_then(|s| s.node_name.clone()),
+            Some("kwok-node".into())
+        );
+        assert_eq!(view.node.as_deref(), Some("kwok-node"));
         // A change GKO does not read leaves the kept pod as it was.
         let mut later = full.clone();
         later.metadata.resource_version = Some("43".into());

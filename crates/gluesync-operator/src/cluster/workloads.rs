@@ -62,6 +62,7 @@ impl PodView {
             ready,
             waiting,
             restarts: cs.map_or(0, |c| c.restart_count),
+            node: spec.node_name.clone(),
             dr_mark: pod.annotations().get(crate::api::DR_ANNOTATION).cloned(),
         })
     }

@@ -186,6 +186,27 @@ impl Writer {
         self.delete::<Pod>(namespace, name).await
     }
 
+    /// Creates a pod (a pre-pull pod); one of that name already there is fine.
+    pub async fn create_pod(&self, pod: &Pod) -> Result<(), kube::Error> {
+        self.gate()?;
+        self.metrics.workload_writes.inc();
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        match Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .create(
+                &kube::api::PostParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                pod,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Deletes a namespaced object; one already gone is fine.
     async fn delete<K>(&self, namespace: &str, name: &str) -> Result<(), kube::Error>
     where

@@ -102,6 +102,8 @@ impl Harness {
                 )
                 .0,
                 spilled: reflector::store().0,
+                pre_pulls: reflector::store().0,
+                refused_pods: Default::default(),
                 changed: tokio::sync::watch::channel(0).0,
                 instance: None,
                 access: crate::update::access::Access::default(),

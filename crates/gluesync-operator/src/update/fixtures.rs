@@ -77,6 +77,7 @@ pub fn pod(workload: &str, image: &str, ready: bool, restarts: i32) -> PodView {
         ready,
         waiting: None,
         restarts,
+        node: None,
         dr_mark: None,
     }
 }
@@ -212,6 +213,10 @@ pub struct World {
     pub dr: crate::update::disaster::DrObjects,
     /// Why GKO may not work on the platform, if it may not.
     pub access: Option<crate::api::Problem>,
+    /// The pre-pull pods.
+    pub pre_pulls: Vec<crate::update::observed::PrePullPod>,
+    /// What a pre-pull pod is once created.
+    pub pull: crate::update::observed::PullState,
 }
 
 impl World {
@@ -223,6 +228,8 @@ impl World {
             answer: None,
             me: None,
             dr: Default::default(),
+            pre_pulls: vec![],
+            pull: crate::update::observed::PullState::Pulling,
             access: None,
         }
     }
@@ -261,6 +268,7 @@ impl World {
                 access_problem: self.access.clone(),
                 me: self.me.clone(),
                 dr: self.dr.clone(),
+                pre_pulls: &self.pre_pulls,
             },
         )
     }
@@ -280,7 +288,13 @@ impl World {
                         w.ready = w.pods.iter().all(|p| &p.image == image && p.ready);
                     }
                 }
-                Action::DeletePod(_) => {}
+                Action::DeletePod(name) => self.pre_pulls.retain(|p| &p.name != name),
+                Action::CreatePod(pod) => {
+                    let mut seen = crate::update::prepull::observe(pod).expect("a pre-pull pod");
+                    seen.state = self.pull.clone();
+                    self.pre_pulls.retain(|p| p.name != seen.name);
+                    self.pre_pulls.push(seen);
+                }
                 Action::SelfUpdate {
                     name, image, phase, ..
                 } => {

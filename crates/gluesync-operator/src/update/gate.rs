@@ -206,6 +206,32 @@ fn approval_message(gsp: &GluesyncPlatform, id: &str) -> String {
     )
 }
 
+/// A new spec (or request) while nothing is changed yet (in `PrePull` or `Waiting`): the plan is made
+/// again, from Preflight. True when it was.
+pub(super) fn replanned(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) -> bool {
+    let generation = gsp.metadata.generation.unwrap_or(0);
+    if generation == u.generation && gsp.spec.request_id == u.request_id {
+        return false;
+    }
+    let brought = gsp.spec.request_id.is_some() && gsp.spec.request_id != u.request_id;
+    let replaced = super::fresh(gsp, obs, brought);
+    let m = format!(
+        "the spec changed while the update waited: the plan is made again for Core Hub {}",
+        gsp.spec.version
+    );
+    d.event(false, Reason::UpdatePlanReplaced, m.clone());
+    d.status.message = Some(m);
+    d.status.next_window = None;
+    *u = replaced;
+    d.again = true;
+    true
+}
+
 /// The step `Waiting`: a new spec replaces the plan; an approval that does not come in time refuses the
 /// update; once approved, the first maintenance window it fits in lets it go on.
 pub(super) fn waiting(
@@ -221,20 +247,7 @@ pub(super) fn waiting(
     } else {
         UpdateStep::Modules
     };
-    // A new spec (or request) while nothing is changed yet: the plan is made again, from Preflight.
-    let generation = gsp.metadata.generation.unwrap_or(0);
-    if generation != u.generation || gsp.spec.request_id != u.request_id {
-        let brought = gsp.spec.request_id.is_some() && gsp.spec.request_id != u.request_id;
-        let replaced = super::fresh(gsp, obs, brought);
-        let m = format!(
-            "the spec changed while the update waited: the plan is made again for Core Hub {}",
-            gsp.spec.version
-        );
-        d.event(false, Reason::UpdatePlanReplaced, m.clone());
-        d.status.message = Some(m);
-        d.status.next_window = None;
-        *u = replaced;
-        d.again = true;
+    if replanned(gsp, obs, u, d) {
         return;
     }
     if let Some(id) = u.approval_id.clone()

@@ -22,6 +22,7 @@ mod model;
 mod mutants;
 mod pipelines;
 mod plan;
+pub mod prepull;
 pub mod preview;
 mod rollout;
 mod selfupdate;
@@ -80,6 +81,8 @@ pub struct Observed<'a> {
     pub me: Option<String>,
     /// The disaster-recovery Secret and Service, when a setup is wanted or in place.
     pub dr: disaster::DrObjects,
+    /// The pre-pull pods of the namespace, and those the API server refused to create.
+    pub pre_pulls: &'a [observed::PrePullPod],
 }
 
 /// Something to do once the new status is written.
@@ -92,6 +95,8 @@ pub enum Action {
         image: String,
     },
     DeletePod(String),
+    /// Create a pod (a pre-pull pod, see [`prepull`]); one that exists already is fine.
+    CreatePod(Box<k8s_openapi::api::core::v1::Pod>),
     /// Put GKO's finalizer on the GluesyncPlatform.
     AddFinalizer,
     /// Take GKO's finalizer off: nothing is left to settle (or a deleted platform waited long enough).
@@ -217,6 +222,10 @@ fn step(gsp: &GluesyncPlatform, name: UpdateStep, now: &Time) -> Step {
             deadline: after(plan::CATALOG_WAIT_SECONDS),
         },
         UpdateStep::Snapshot => Step::Snapshot { since },
+        UpdateStep::PrePull => Step::PrePull {
+            since,
+            deadline: after(gsp.spec.pre_pull.timeout_seconds),
+        },
         UpdateStep::Waiting => gate::waiting_step(gsp, now),
         UpdateStep::Drain => Step::Drain {
             since,
@@ -311,14 +320,20 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     match name {
         UpdateStep::Preflight => plan::preflight(gsp, obs, &mut u, &mut d),
         UpdateStep::Snapshot => plan::snapshot(gsp, obs, &mut u, &mut d),
+        UpdateStep::PrePull => prepull::pre_pull(gsp, obs, &mut u, &mut d),
         UpdateStep::Waiting => gate::waiting(gsp, obs, &mut u, &mut d),
         UpdateStep::Drain => pipelines::drain(gsp, obs, &mut u, &mut d),
         UpdateStep::CoreHub => rollout::core_hub(gsp, obs, &mut u, &mut d),
         UpdateStep::CoreHubRollback => rollout::rollback(gsp, obs, &mut u, &mut d),
         UpdateStep::Resume => pipelines::resume(gsp, obs, &mut u, &mut d),
         UpdateStep::Modules => rollout::modules(gsp, obs, &mut u, &mut d),
-        UpdateStep::Finish => return finish::finish(gsp, obs, u, d),
+        UpdateStep::Finish => {
+            let mut d = finish::finish(gsp, obs, u, d);
+            prepull::clean(gsp, obs, false, &mut d);
+            return d;
+        }
     }
+    prepull::clean(gsp, obs, u.step.name() == UpdateStep::PrePull, &mut d);
     if matches!(name, UpdateStep::Modules) && !d.again {
         // Leftover pipelines are resumed while the modules roll.
         pipelines::ledger(gsp, obs, &mut d, None);
@@ -339,9 +354,10 @@ fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time,
     // The result says what the update did, as for any other: Refused while Core Hub was not changed yet,
     // Failed once its change is put back, Degraded when Core Hub was updated and modules were left.
     let next = match u.step.name() {
-        UpdateStep::Preflight | UpdateStep::Snapshot | UpdateStep::Waiting => {
-            Some((UpdateStep::Finish, UpdateResult::Refused))
-        }
+        UpdateStep::Preflight
+        | UpdateStep::Snapshot
+        | UpdateStep::PrePull
+        | UpdateStep::Waiting => Some((UpdateStep::Finish, UpdateResult::Refused)),
         UpdateStep::Modules => Some((UpdateStep::Finish, UpdateResult::Degraded)),
         UpdateStep::Drain => Some((UpdateStep::Resume, UpdateResult::Refused)),
         UpdateStep::CoreHub => {
@@ -520,6 +536,7 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         .as_ref()
         .map(|t| plus(t, gsp.spec.drain_timeout_seconds));
     pipelines::ledger(gsp, obs, &mut d, deadline.as_ref());
+    prepull::clean(gsp, obs, false, &mut d);
     // A deleted platform waits for GKO's own update and a disaster-recovery teardown to end, however
     // long they take (each has its own timeouts); only Core Hub's resuming of the pipelines is given up
     // after drainTimeoutSeconds.

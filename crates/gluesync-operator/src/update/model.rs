@@ -93,6 +93,9 @@ enum Gate {
     Approval,
     /// A maintenance window from 60 s to 120 s (08:01 to 08:02 UTC).
     Window,
+    /// Not a gate: Core Hub's pod runs on a node, so the update pre-pulls the new image there before
+    /// its drain (the pull succeeds, or fails for an unpullable image).
+    PrePull,
 }
 
 /// When the model's window opens.
@@ -116,6 +119,10 @@ struct State {
     gko: Process,
     budget: Budget,
     image_changed: bool,
+    /// The pre-pull pods, by name, and where each stands.
+    pulls: BTreeMap<String, crate::update::observed::PullState>,
+    /// The new image is on the node (a pre-pull pod pulled it).
+    pulled: bool,
 }
 
 fn time(now: i64, seq: i64) -> Time {
@@ -141,6 +148,7 @@ impl State {
                     spec["maintenanceWindows"] =
                         serde_json::json!([{"start": "08:01", "durationMinutes": 1}]);
                 }
+                Some(Gate::PrePull) => spec["prePull"] = serde_json::json!({"timeoutSeconds": 10}),
                 None => {}
             }
             serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap()
@@ -168,6 +176,8 @@ impl State {
             gko: Process::default(),
             budget,
             image_changed: false,
+            pulls: BTreeMap::new(),
+            pulled: false,
         };
         // Settled at 2.3.2.1, with the catalog saying 2.3.2.2 is available; then the spec asks for it.
         let mut status = crate::update::status::idle(&gsp, &s.workloads(), &time(0, 0));
@@ -194,7 +204,9 @@ impl State {
         let mut k = String::with_capacity(2048);
         let _ = write!(
             k,
-            "{}|{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            "{:?}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            self.pulls,
+            self.pulled,
             self.approved,
             self.now,
             self.seq,
@@ -222,7 +234,8 @@ impl State {
     fn progress(&self) -> String {
         let g = &self.gko;
         format!(
-            "{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            "{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            self.pulls,
             self.now,
             serde_json::to_string(&self.gsp.status).unwrap_or_default(),
             self.gsp.metadata.finalizers,
@@ -274,9 +287,43 @@ impl State {
                 ready: pod_ready,
                 waiting,
                 restarts: i32::from(crashing),
+                node: (self.gate == Some(Gate::PrePull)).then(|| "n1".to_string()),
                 dr_mark: None,
             }],
         }]
+    }
+
+    fn pre_pulls(&self) -> Vec<crate::update::observed::PrePullPod> {
+        self.pulls
+            .iter()
+            .map(|(name, state)| crate::update::observed::PrePullPod {
+                name: name.clone(),
+                platform: "gluesync".into(),
+                node: "n1".into(),
+                image: NEW.into(),
+                state: state.clone(),
+            })
+            .collect()
+    }
+
+    /// A pre-pull pod's pull ends: the image is on the node, or (unpullable) the pull fails.
+    fn pull_ends(&mut self, name: &str) {
+        use crate::update::observed::PullState;
+        let state = if self.fate == Fate::Unpullable {
+            PullState::Failed("ImagePullBackOff".into(), "manifest unknown".into())
+        } else {
+            self.pulled = true;
+            PullState::Pulled
+        };
+        self.pulls.insert(name.to_string(), state);
+    }
+
+    fn pulling(&self) -> Vec<String> {
+        self.pulls
+            .iter()
+            .filter(|(_, s)| **s == crate::update::observed::PullState::Pulling)
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     fn stamp(&mut self) -> Time {
@@ -297,6 +344,7 @@ impl State {
     fn reconcile(&self, conflict: bool) -> State {
         let mut s = self.clone();
         let workloads = s.workloads();
+        let pre_pulls = s.pre_pulls();
         let d = decide(
             &s.gsp,
             &Observed {
@@ -308,6 +356,7 @@ impl State {
                 access_problem: None,
                 me: None,
                 dr: Default::default(),
+                pre_pulls: &pre_pulls,
             },
         );
         if s.gsp.status.as_ref() != Some(&d.status) {
@@ -367,7 +416,19 @@ impl State {
                 }
                 self.image = image.clone();
             }
+            Action::DeletePod(name) if self.pulls.contains_key(name) => {
+                self.pulls.remove(name);
+            }
             Action::DeletePod(_) => self.pods = self.image.clone(),
+            Action::CreatePod(pod) => {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                if self.gate != Some(Gate::PrePull) {
+                    return Err(format!("a pre-pull pod {name} with no node to pull on"));
+                }
+                self.pulls
+                    .entry(name)
+                    .or_insert(crate::update::observed::PullState::Pulling);
+            }
             // The model has no GKO Deployment: a self-update is never planned.
             Action::SelfUpdate { .. } => return Err("a self-update in a world without GKO".into()),
             Action::AddFinalizer => {
@@ -614,6 +675,12 @@ impl State {
                 s,
             ));
         }
+        // A pre-pull pod's pull ends.
+        for name in self.pulling() {
+            let mut s = self.clone();
+            s.pull_ends(&name);
+            out.push((format!("the pre-pull pod {name}'s pull ends"), s));
+        }
         // Kubernetes rolls the pods to the workload's image.
         if self.pods != self.image {
             let mut s = self.clone();
@@ -657,6 +724,9 @@ impl State {
         let closed = match self.gate {
             Some(Gate::Approval) => (!self.approved).then_some("before its approval"),
             Some(Gate::Window) => (self.now < WINDOW_OPENS).then_some("before the window opens"),
+            Some(Gate::PrePull) => {
+                (!self.pulled).then_some("before the new image was on Core Hub's node")
+            }
             None => None,
         };
         if let Some(when) = closed {
@@ -700,6 +770,7 @@ impl State {
             || !self.late.is_empty()
             || self.gsp.metadata.finalizers.is_some()
             || self.pods != self.image
+            || !self.pulls.is_empty()
             || !self.gko.actions.is_empty()
         {
             return Ok(false);
@@ -798,6 +869,9 @@ impl State {
             }
             s.carry_out_all()?;
             s.pods = s.image.clone();
+            for name in s.pulling() {
+                s.pull_ends(&name);
+            }
             if let Some(check) = &s.gko.check
                 && s.gko.answer.as_ref().map(|a| &a.token) != Some(&check.token)
             {
@@ -999,8 +1073,9 @@ fn the_update_keeps_its_promises_exhaustively() {
     report("full", budget, &o);
     assert!(o.violation.is_none());
     assert!(o.states >= 100_000, "{} states", o.states);
-    // And with each gate of the user's terms, deep enough to reach the approval's timeout and the window.
-    for gate in [Gate::Approval, Gate::Window] {
+    // And with each gate of the user's terms, deep enough to reach the approval's timeout and the window,
+    // and with the pre-pull.
+    for gate in [Gate::Approval, Gate::Window, Gate::PrePull] {
         let o = explore_with(budget, max / 4, Some(gate));
         report(&format!("full, {gate:?}"), budget, &o);
         assert!(o.violation.is_none(), "{gate:?}");
@@ -1101,6 +1176,33 @@ fn nothing_is_paused_or_changed_before_the_approval_or_the_window() {
         assert!(o.violation.is_none(), "{gate:?}");
         assert!(o.states >= 3_000, "{gate:?}: {} states", o.states);
     }
+}
+
+/// The pre-pull: nothing is paused or changed before the new image is on Core Hub's node; an
+/// unpullable image refuses the update with nothing changed; no pre-pull pod is left; every other promise
+/// holds as without it.
+#[test]
+fn nothing_is_paused_before_the_new_image_is_on_the_node() {
+    let o = explore_with(SMALL, 6_000, Some(Gate::PrePull));
+    report("PrePull", SMALL, &o);
+    assert!(o.violation.is_none());
+    assert!(o.states >= 3_000, "{} states", o.states);
+}
+
+#[test]
+fn a_drain_before_the_pull_ends_is_caught() {
+    set_mutant(Some(Mutant::DrainBeforePulled));
+    let o = explore_with(SMALL, 50_000, Some(Gate::PrePull));
+    set_mutant(None);
+    report("DrainBeforePulled", SMALL, &o);
+    let lines = o.violation.expect("DrainBeforePulled was not caught");
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains("before the new image was on Core Hub's node"),
+        "{lines:?}"
+    );
 }
 
 #[test]

@@ -36,11 +36,13 @@ pub(crate) enum Mutant {
     PullPolicy,
     /// The step Waiting goes on at once: no approval, no window is waited for.
     IgnoreGate,
+    /// PrePull goes on to the drain while a pull is still under way.
+    DrainBeforePulled,
 }
 
 impl Mutant {
     #[cfg(all(not(test), feature = "test-hooks"))]
-    const ALL: [Mutant; 12] = [
+    const ALL: [Mutant; 13] = [
         Mutant::OldResume,
         Mutant::PauseBeforeRecord,
         Mutant::PatchBeforeDrained,
@@ -53,6 +55,7 @@ impl Mutant {
         Mutant::ReadyAlone,
         Mutant::PullPolicy,
         Mutant::IgnoreGate,
+        Mutant::DrainBeforePulled,
     ];
 }
 

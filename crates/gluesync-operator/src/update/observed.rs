@@ -52,6 +52,8 @@ pub struct PodView {
     pub waiting: Option<(String, String)>,
     /// Restart count of the managed container.
     pub restarts: i32,
+    /// The node it runs on, once scheduled.
+    pub node: Option<String>,
     /// The disaster-recovery setup its template carried (its `gluesync.molo17.com/disaster-recovery`
     /// annotation), if any.
     pub dr_mark: Option<String>,
@@ -96,4 +98,30 @@ impl Workload {
             ready: self.ready,
         })
     }
+}
+
+/// A pre-pull pod of a GluesyncPlatform (labelled `gluesync.molo17.com/pre-pull`), as the engine reads it;
+/// or one the API server refused to create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrePullPod {
+    pub name: String,
+    /// The GluesyncPlatform it pulls for (its label's value).
+    pub platform: String,
+    pub node: String,
+    pub image: String,
+    pub state: PullState,
+}
+
+/// Where a pre-pull stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PullState {
+    /// Not pulled yet (the pod is created and waits for its image).
+    Pulling,
+    /// The image is on the node: its container ran, or was at least created (the image's own command
+    /// may not exist; the pull is what counts).
+    Pulled,
+    /// The pull failed: the container waits with this reason and message.
+    Failed(String, String),
+    /// The API server refused to create the pod, at this time, with this message.
+    Refused(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time, String),
 }

@@ -333,7 +333,7 @@ pub(super) fn snapshot(
             return;
         }
         d.status.message = Some("putting running pipelines into maintenance mode".into());
-        super::gate::after_snapshot(gsp, u, UpdateStep::Drain, &obs.now, d);
+        super::prepull::after_snapshot(gsp, obs, u, UpdateStep::Drain, d);
     } else {
         d.status.message = Some("Core Hub stays; updating modules".into());
         super::gate::after_snapshot(gsp, u, UpdateStep::Modules, &obs.now, d);

@@ -109,6 +109,7 @@ pub fn preview(
             access_problem: obs.access_problem.clone(),
             me: obs.me.clone(),
             dr: obs.dr.clone(),
+            pre_pulls: obs.pre_pulls,
         };
         let d = decide(&g, &now);
         if let Some(m) = &d.status.message
@@ -177,6 +178,11 @@ pub fn preview(
                     next: UpdateStep::Drain,
                 };
                 return p;
+            }
+            UpdateStep::PrePull if !again => {
+                // Pulling the new images first: said, then taken as done.
+                p.waits.extend(p.messages.last().cloned());
+                g.spec.pre_pull.enabled = false;
             }
             UpdateStep::Waiting if !again => {
                 // Waiting for an approval or a window: said, then given.

@@ -55,6 +55,7 @@ fn a_new_version_starts_an_update_once_per_generation() {
         access_problem: None,
         me: None,
         dr: Default::default(),
+        pre_pulls: &[],
     };
     let d = decide(&g, &obs(at(0)));
     assert_eq!(d.status.phase, Some(Phase::Updating));
@@ -924,6 +925,7 @@ fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
             access_problem: problem,
             me: None,
             dr: Default::default(),
+            pre_pulls: &[],
         },
     );
     assert!(d.status.update.is_none(), "no update starts");
@@ -1237,6 +1239,7 @@ fn a_new_gko_that_crash_loops_is_rolled_back_at_once() {
         ready: false,
         waiting: Some(("CrashLoopBackOff".into(), "back-off 10s".into())),
         restarts: 3,
+        node: None,
         dr_mark: None,
     });
     let d = world.step(&mut g, 110);
@@ -1281,6 +1284,7 @@ fn an_image_write_that_never_lands_ends_at_the_timeout() {
             access_problem: None,
             me: Some(GKO_OLD.into()),
             dr: Default::default(),
+            pre_pulls: &[],
         },
     );
     g.status = Some(d.status);
@@ -1300,6 +1304,7 @@ fn an_image_write_that_never_lands_ends_at_the_timeout() {
                 access_problem: None,
                 me: Some(GKO_OLD.into()),
                 dr: Default::default(),
+                pre_pulls: &[],
             },
         )
     };
@@ -1495,6 +1500,7 @@ fn previewed(g: &GluesyncPlatform, world: &World, version: &str, now: i64) -> pr
             access_problem: world.access.clone(),
             me: None,
             dr: Default::default(),
+            pre_pulls: &[],
         };
         let p = preview::preview(g, version, &obs, pipelines.clone());
         let preview::Verdict::NeedsCatalog(check) = &p.verdict else {
@@ -1588,6 +1594,7 @@ fn the_preview_says_what_refuses_or_holds_an_update() {
         access_problem: None,
         me: None,
         dr: Default::default(),
+        pre_pulls: &[],
     };
     let offline = platform(serde_json::json!({"version": "2.3.2.1", "catalog": {"offline": true}}));
     let p = preview::preview(
@@ -1848,4 +1855,332 @@ fn approved_outside_the_window_the_update_waits_for_it_in_waiting() {
     assert_eq!(update(&g).step.name(), Waiting);
     world.until(&mut g, 3600, Drain);
     assert!(status(&g).next_window.is_none());
+}
+
+/// Core Hub on node n1 and the agent on n2: the pre-pull has something to pull on each.
+fn on_nodes(world: &mut World) {
+    for (w, node) in world.workloads.iter_mut().zip(["n1", "n2", "n3", "n4"]) {
+        for p in &mut w.pods {
+            p.node = Some(node.into());
+        }
+    }
+}
+
+fn pre_pull_world(pull: crate::update::observed::PullState) -> (GluesyncPlatform, World) {
+    let g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a", "b"], &[]));
+    on_nodes(&mut world);
+    world.pull = pull;
+    (g, world)
+}
+
+#[test]
+fn the_new_core_hub_and_agent_images_are_pulled_on_their_nodes_before_the_drain() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    // One pod per new Core Hub or agent image, on the node its pods run on; no module is pulled.
+    let mut pulls: Vec<(String, String)> = world
+        .pre_pulls
+        .iter()
+        .map(|p| (p.node.clone(), p.image.clone()))
+        .collect();
+    pulls.sort();
+    assert_eq!(
+        pulls,
+        [
+            (
+                "n1".to_string(),
+                "molo17/gluesync-core-hub:2.3.2.2".to_string()
+            ),
+            (
+                "n2".to_string(),
+                "molo17/gluesync-mssql-cdc:2.3.2.2".to_string()
+            ),
+        ]
+    );
+    // While they pull, nothing is paused, and Core Hub is not asked.
+    for t in 2..20 {
+        let d = world.step(&mut g, t);
+        assert_eq!(update(&g).step.name(), PrePull);
+        assert!(d.corehub.is_none_or(|w| w.enter.is_empty()));
+    }
+    assert!(world.hub.entered.is_empty());
+    // Pulled: the update goes on to its drain, says so, and the pods go.
+    for p in &mut world.pre_pulls {
+        p.state = PullState::Pulled;
+    }
+    let d = world.step(&mut g, 21);
+    assert_eq!(reasons(&d.events), ["ImagesPrePulled"]);
+    assert!(
+        d.events[0].message.contains("in 21 s"),
+        "{}",
+        d.events[0].message
+    );
+    assert_eq!(update(&g).step.name(), Drain);
+    world.step(&mut g, 21);
+    assert!(world.pre_pulls.is_empty(), "{:?}", world.pre_pulls);
+    assert!(
+        update(&g)
+            .steps
+            .iter()
+            .any(|s| s.step == PrePull && s.seconds == 21)
+    );
+}
+
+#[test]
+fn the_pre_pull_pod_is_small_bound_to_its_node_and_restricted() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    let mut template = k8s_openapi::api::core::v1::PodSpec {
+        service_account_name: Some("core-hub".into()),
+        image_pull_secrets: Some(vec![k8s_openapi::api::core::v1::LocalObjectReference {
+            name: "registry".into(),
+        }]),
+        containers: vec![k8s_openapi::api::core::v1::Container {
+            name: "core-hub".into(),
+            image_pull_policy: Some("Always".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    template.containers[0].image = Some(world.workloads[0].image.clone());
+    world.workloads[0].template.spec = Some(template);
+    world.workloads[0].container = Some("core-hub".into());
+    world.until(&mut g, 0, PrePull);
+    let d = world.step(&mut g, 1);
+    let pod = d
+        .actions
+        .iter()
+        .find_map(|a| match a {
+            Action::CreatePod(p) if p.spec.as_ref().unwrap().node_name.as_deref() == Some("n1") => {
+                Some(p.clone())
+            }
+            _ => None,
+        })
+        .expect("a pod for n1");
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(spec.service_account_name.as_deref(), Some("core-hub"));
+    assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "registry");
+    let c = &spec.containers[0];
+    assert_eq!(c.image.as_deref(), Some("molo17/gluesync-core-hub:2.3.2.2"));
+    assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(c.command.as_deref(), Some(&["true".to_string()][..]));
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(spec.security_context.unwrap().run_as_non_root, Some(true));
+    assert_eq!(
+        pod.metadata.labels.unwrap()[crate::api::PRE_PULL_LABEL],
+        "gluesync"
+    );
+    assert!(
+        pod.metadata
+            .owner_references
+            .is_some_and(|o| o[0].controller == Some(true))
+    );
+}
+
+#[test]
+fn a_pull_that_fails_refuses_the_update_with_nothing_paused() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Failed(
+        "ErrImagePull".into(),
+        "manifest unknown".into(),
+    ));
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    world.until(&mut g, 2, Finish);
+    let d = world.step(&mut g, 2);
+    let attempt = status(&g).last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Refused);
+    assert!(
+        attempt.message.contains("could not be pulled on node")
+            && attempt.message.contains("ErrImagePull: manifest unknown")
+            && attempt.message.contains("nothing was paused or changed"),
+        "{}",
+        attempt.message
+    );
+    assert!(reasons(&d.events).contains(&"UpdateRefused"));
+    assert!(world.hub.entered.is_empty());
+    assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
+    world.step(&mut g, 3);
+    assert!(world.pre_pulls.is_empty());
+}
+
+#[test]
+fn a_pull_that_does_not_end_in_time_or_a_pod_refused_refuses_the_update() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    g.spec.pre_pull.timeout_seconds = 30;
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    world.step(&mut g, 29);
+    assert_eq!(update(&g).step.name(), PrePull);
+    world.until(&mut g, 31, Finish);
+    world.step(&mut g, 31);
+    let attempt = status(&g).last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Refused);
+    assert!(
+        attempt.message.contains("not pulled within 30 s"),
+        "{}",
+        attempt.message
+    );
+
+    // A pod the API server refuses (a quota, an admission policy): refused at once, with its words.
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    world.pre_pulls[0].state = PullState::Refused(at(2), "exceeded quota: pods".into());
+    world.until(&mut g, 2, Finish);
+    world.step(&mut g, 2);
+    let attempt = status(&g).last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Refused);
+    assert!(
+        attempt
+            .message
+            .contains("Kubernetes refused the pod that pulls")
+            && attempt.message.contains("exceeded quota: pods"),
+        "{}",
+        attempt.message
+    );
+}
+
+#[test]
+fn a_gko_that_takes_over_mid_pull_carries_on_and_leftover_pods_go() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    let made = world.pre_pulls.clone();
+    // A new GKO (the status is all it has) sees the same pods and makes none again.
+    let d = world.decide(&g, &at(2));
+    assert!(!d.actions.iter().any(|a| matches!(a, Action::CreatePod(_))));
+    // A pod deleted under it is made again, under the same name.
+    world.pre_pulls.remove(0);
+    let d = world.step(&mut g, 3);
+    assert!(d.actions.iter().any(
+        |a| matches!(a, Action::CreatePod(p) if p.metadata.name == Some(made[0].name.clone()))
+    ));
+    // Pods left by a GKO that stopped after the step ended are deleted by the next decision.
+    let mut idle = platform(serde_json::json!({"version": "2.3.2.1"}));
+    idle.metadata.generation = Some(1);
+    let mut w2 = World::new(Some(catalog()), Hub::new(&[], &[]));
+    w2.pre_pulls = made.clone();
+    let d = w2.decide(&idle, &at(4));
+    let deleted: Vec<&Action> = d
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::DeletePod(_)))
+        .collect();
+    assert_eq!(deleted.len(), made.len(), "{:?}", d.actions);
+}
+
+#[test]
+fn a_new_spec_during_the_pull_replaces_the_plan_and_deletion_stops_it() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    g.spec.version = "2.3.2.3".into();
+    g.metadata.generation = Some(3);
+    let d = world.step(&mut g, 2);
+    assert_eq!(reasons(&d.events), ["UpdatePlanReplaced"]);
+    assert_eq!(update(&g).step.name(), Preflight);
+    assert_eq!(update(&g).target.as_deref(), Some("2.3.2.3"));
+
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    g.metadata.deletion_timestamp = Some(at(2));
+    for t in 2..6 {
+        world.step(&mut g, t);
+    }
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().result,
+        UpdateResult::Refused
+    );
+    assert!(world.pre_pulls.is_empty());
+    assert!(world.hub.entered.is_empty());
+}
+
+#[test]
+fn without_pre_pull_or_a_node_the_update_drains_at_once() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    g.spec.pre_pull.enabled = false;
+    world.until(&mut g, 0, Drain);
+    assert!(!update(&g).steps.iter().any(|s| s.step == PrePull));
+    assert!(world.pre_pulls.is_empty());
+    // Pods not scheduled yet: nothing to pull.
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Drain);
+    assert!(world.pre_pulls.is_empty());
+}
+
+#[test]
+fn a_pre_pull_pod_reads_as_pulled_failed_or_pulling() {
+    use crate::update::observed::PullState;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
+        PodStatus,
+    };
+    let with = |status: PodStatus| Pod {
+        status: Some(status),
+        ..Default::default()
+    };
+    let container = |state: ContainerState, image_id: &str| PodStatus {
+        container_statuses: Some(vec![ContainerStatus {
+            name: "pull".into(),
+            state: Some(state),
+            image_id: image_id.into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    let waiting = |reason: &str| ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message: Some("m".into()),
+        }),
+        ..Default::default()
+    };
+    use crate::update::prepull::state_of;
+    assert_eq!(state_of(&with(PodStatus::default())), PullState::Pulling);
+    assert_eq!(
+        state_of(&with(container(waiting("ContainerCreating"), ""))),
+        PullState::Pulling
+    );
+    assert_eq!(
+        state_of(&with(container(waiting("ImagePullBackOff"), ""))),
+        PullState::Failed("ImagePullBackOff".into(), "m".into())
+    );
+    // An image without `true`: the container could not start, but the image is there.
+    assert_eq!(
+        state_of(&with(container(waiting("RunContainerError"), ""))),
+        PullState::Pulled
+    );
+    let exited = ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 0,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(state_of(&with(container(exited, ""))), PullState::Pulled);
+    assert_eq!(
+        state_of(&with(container(ContainerState::default(), "sha256:1"))),
+        PullState::Pulled
+    );
+    assert_eq!(
+        state_of(&with(PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some("OutOfcpu".into()),
+            ..Default::default()
+        })),
+        PullState::Failed("OutOfcpu".into(), String::new())
+    );
 }

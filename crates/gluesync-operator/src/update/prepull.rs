@@ -1,0 +1,395 @@
+//! The pre-pull: before anything is paused, the new Core Hub and agent images are pulled on the nodes
+//! that run their pods now, so that the pipelines' pause does not wait for a registry.
+//!
+//! One short-lived pod per node and image (`<platform>-pre-pull-<digest>`, labelled
+//! `gluesync.molo17.com/pre-pull: <platform>`, owned by the GluesyncPlatform) is bound to its node by
+//! `nodeName`, runs the new image with the workload's pull secrets, ServiceAccount and pull policy, and a
+//! command that exits at once (`true`; an image without it still counts: its container was created, so
+//! the image is on the node). The step `PrePull` waits until every pod's image is on its node, then goes
+//! on to the gates (approval, windows) and the drain. A pull that fails (ErrImagePull,
+//! ImagePullBackOff, InvalidImageName...) or does not end within `prePull.timeoutSeconds`, and a pod the
+//! API server refuses to create, refuse the update with nothing paused or changed. The pods go as soon as
+//! the step ends, whatever ended it; a GKO that takes over deletes any left behind (and the
+//! GluesyncPlatform's deletion takes them with it, through their owner).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::core::v1::{
+        Capabilities, Container, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
+        SeccompProfile, SecurityContext, Toleration,
+    },
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+};
+use kube::{Resource, ResourceExt};
+
+use super::{Action, Decision, Observed, move_to, settle_outcome};
+use crate::{
+    api::{
+        GluesyncPlatform, PRE_PULL_LABEL, Reason, UpdateResult, UpdateStatus, UpdateStep,
+        ids::digest,
+    },
+    update::observed::{PrePullPod, PullState, Workload},
+};
+
+/// One image to pull on one node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pull {
+    /// The pod's name.
+    pub name: String,
+    pub node: String,
+    pub image: String,
+    /// The workload whose pods run on that node.
+    pub workload: String,
+}
+
+/// The pulls an update needs: each new Core Hub and agent image, on each node that runs a pod of its
+/// workload now (pods not yet scheduled have no node, and need none).
+pub fn wanted(gsp: &GluesyncPlatform, u: &UpdateStatus, workloads: &[Workload]) -> Vec<Pull> {
+    let platform = gsp.name_any();
+    let mut pulls: BTreeMap<String, Pull> = BTreeMap::new();
+    for c in &u.components {
+        let (Some(image), true) = (&c.to_image, super::rollout::is_core(c)) else {
+            continue;
+        };
+        let Some(w) = workloads.iter().find(|w| w.name == c.name) else {
+            continue;
+        };
+        for node in w.pods.iter().filter_map(|p| p.node.as_ref()) {
+            let name = pod_name(&platform, node, image);
+            pulls.entry(name.clone()).or_insert_with(|| Pull {
+                name,
+                node: node.clone(),
+                image: image.clone(),
+                workload: w.name.clone(),
+            });
+        }
+    }
+    pulls.into_values().collect()
+}
+
+/// `<platform>-pre-pull-<digest of node and image>`: the same pull has the same name after a restart.
+fn pod_name(platform: &str, node: &str, image: &str) -> String {
+    let d = digest(&[node, image]);
+    // A pod name is a DNS subdomain (253 characters); a GluesyncPlatform's name leaves room.
+    format!("{platform}-pre-pull-{}", &d[..12])
+}
+
+/// This platform's pre-pull pods, as observed.
+fn observed<'a>(gsp: &GluesyncPlatform, obs: &'a Observed) -> impl Iterator<Item = &'a PrePullPod> {
+    let platform = gsp.name_any();
+    obs.pre_pulls.iter().filter(move |p| p.platform == platform)
+}
+
+/// Does this update pull first? Only when Core Hub (or an agent) changes and `prePull.enabled`.
+fn wanted_for(gsp: &GluesyncPlatform, u: &UpdateStatus, next: UpdateStep) -> bool {
+    next == UpdateStep::Drain && gsp.spec.pre_pull.enabled && super::rollout::core_hub_changes(u)
+}
+
+/// What Snapshot moves to: `PrePull` when the update pulls first (and there is something to pull),
+/// else the gates and then `next`.
+pub(super) fn after_snapshot(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    next: UpdateStep,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    if !wanted_for(gsp, u, next) || wanted(gsp, u, obs.workloads).is_empty() {
+        return super::gate::after_snapshot(gsp, u, next, now, d);
+    }
+    let pulls = wanted(gsp, u, obs.workloads);
+    d.status.message = Some(format!(
+        "pulling the new images on the nodes before any pipeline is paused: {}",
+        describe(&pulls)
+    ));
+    move_to(gsp, u, UpdateStep::PrePull, now, d);
+}
+
+/// "image on node, ..." for a message.
+fn describe(pulls: &[Pull]) -> String {
+    let mut by_image: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for p in pulls {
+        by_image.entry(&p.image).or_default().push(&p.node);
+    }
+    by_image
+        .iter()
+        .map(|(image, nodes)| format!("{image} on {}", nodes.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The step `PrePull`: every pull's pod is made; once each image is on its node the update goes on to
+/// its gates and its drain; a failed, refused or late pull refuses it, nothing paused.
+pub(super) fn pre_pull(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
+    if super::gate::replanned(gsp, obs, u, d) {
+        return;
+    }
+    let pulls = if gsp.spec.pre_pull.enabled {
+        wanted(gsp, u, obs.workloads)
+    } else {
+        vec![]
+    };
+    let seen: BTreeMap<&str, &PrePullPod> =
+        observed(gsp, obs).map(|p| (p.name.as_str(), p)).collect();
+    let since = u.step.since().clone();
+    let mut pending = vec![];
+    for pull in &pulls {
+        match seen.get(pull.name.as_str()).map(|p| &p.state) {
+            Some(PullState::Pulled) => {}
+            Some(PullState::Failed(reason, message)) => {
+                return refuse(
+                    gsp,
+                    u,
+                    d,
+                    now,
+                    format!(
+                        "the image {} could not be pulled on node {} ({reason}: {message})",
+                        pull.image, pull.node
+                    ),
+                );
+            }
+            Some(PullState::Refused(at, message)) if at.0 >= since.0 => {
+                return refuse(
+                    gsp,
+                    u,
+                    d,
+                    now,
+                    format!(
+                        "Kubernetes refused the pod that pulls {} on node {}: {message}",
+                        pull.image, pull.node
+                    ),
+                );
+            }
+            Some(PullState::Pulling) => pending.push(pull.clone()),
+            // Not made yet (or refused before this step began): made now.
+            Some(PullState::Refused(..)) | None => {
+                d.actions
+                    .push(Action::CreatePod(Box::new(pod(gsp, pull, obs.workloads))));
+                pending.push(pull.clone());
+            }
+        }
+    }
+    if pending.is_empty() || super::mutated(super::Mutant::DrainBeforePulled) {
+        let seconds = super::millis(&since, now) / 1000;
+        if !pulls.is_empty() {
+            d.event(
+                false,
+                Reason::ImagesPrePulled,
+                format!(
+                    "pulled before any pipeline is paused, in {seconds} s: {}",
+                    describe(&pulls)
+                ),
+            );
+        }
+        d.status.message = Some("putting running pipelines into maintenance mode".into());
+        return super::gate::after_snapshot(gsp, u, UpdateStep::Drain, now, d);
+    }
+    let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
+    if super::passed(&deadline, now) {
+        return refuse(
+            gsp,
+            u,
+            d,
+            now,
+            format!(
+                "the new images were not pulled within {} s (prePull.timeoutSeconds): {}",
+                gsp.spec.pre_pull.timeout_seconds,
+                describe(&pending)
+            ),
+        );
+    }
+    d.status.message = Some(format!(
+        "pulling the new images on the nodes before any pipeline is paused: {}",
+        describe(&pending)
+    ));
+    d.requeue_at(&deadline, now);
+}
+
+fn refuse(
+    gsp: &GluesyncPlatform,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    why: String,
+) {
+    let why = format!("{why}; nothing was paused or changed");
+    settle_outcome(u, UpdateResult::Refused, why.clone());
+    d.status.message = Some(why);
+    move_to(gsp, u, UpdateStep::Finish, now, d);
+}
+
+/// Outside the step `PrePull`, this platform's pre-pull pods are deleted (a GKO that stopped between
+/// the step's end and their deletion leaves them to the next decision).
+pub(super) fn clean(gsp: &GluesyncPlatform, obs: &Observed, in_step: bool, d: &mut Decision) {
+    if in_step {
+        return;
+    }
+    for p in observed(gsp, obs).filter(|p| !matches!(p.state, PullState::Refused(..))) {
+        d.actions.push(Action::DeletePod(p.name.clone()));
+    }
+}
+
+/// The pod that pulls `pull.image` on `pull.node`: bound to the node, with the workload's pull secrets,
+/// ServiceAccount (no token mounted) and pull policy, tolerating the node's taints, as small as a pod
+/// can be, and within the Pod Security Standard "restricted".
+pub fn pod(gsp: &GluesyncPlatform, pull: &Pull, workloads: &[Workload]) -> Pod {
+    let w = workloads.iter().find(|w| w.name == pull.workload);
+    let template = w.and_then(|w| w.template.spec.as_ref());
+    let policy = w.and_then(|w| {
+        let spec = w.template.spec.as_ref()?;
+        let name = w.container.as_ref()?;
+        spec.containers
+            .iter()
+            .find(|c| &c.name == name)?
+            .image_pull_policy
+            .clone()
+    });
+    let quantity = |s: &str| Quantity(s.to_string());
+    let resources = |cpu: &str, memory: &str| {
+        BTreeMap::from([
+            ("cpu".to_string(), quantity(cpu)),
+            ("memory".to_string(), quantity(memory)),
+        ])
+    };
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pull.name.clone()),
+            namespace: gsp.namespace(),
+            labels: Some(BTreeMap::from([
+                (PRE_PULL_LABEL.to_string(), gsp.name_any()),
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "gluesync-operator".to_string(),
+                ),
+                (
+                    "app.kubernetes.io/component".to_string(),
+                    "pre-pull".to_string(),
+                ),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                "gluesync.molo17.com/pulls-for".to_string(),
+                pull.workload.clone(),
+            )])),
+            owner_references: gsp.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(pull.node.clone()),
+            restart_policy: Some("Never".into()),
+            service_account_name: template.and_then(|t| t.service_account_name.clone()),
+            automount_service_account_token: Some(false),
+            image_pull_secrets: template.and_then(|t| t.image_pull_secrets.clone()),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(1),
+            tolerations: Some(vec![Toleration {
+                operator: Some("Exists".into()),
+                ..Toleration::default()
+            }]),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(65532),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..SeccompProfile::default()
+                }),
+                ..PodSecurityContext::default()
+            }),
+            containers: vec![Container {
+                name: "pull".into(),
+                image: Some(pull.image.clone()),
+                image_pull_policy: policy,
+                command: Some(vec!["true".into()]),
+                resources: Some(ResourceRequirements {
+                    requests: Some(resources("10m", "16Mi")),
+                    limits: Some(resources("100m", "64Mi")),
+                    ..ResourceRequirements::default()
+                }),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    read_only_root_filesystem: Some(true),
+                    capabilities: Some(Capabilities {
+                        drop: Some(vec!["ALL".into()]),
+                        ..Capabilities::default()
+                    }),
+                    ..SecurityContext::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// A pre-pull pod's state, from what its container and phase say.
+pub fn state_of(pod: &Pod) -> PullState {
+    const FAILED: [&str; 6] = [
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    ];
+    let status = pod.status.clone().unwrap_or_default();
+    let container = status
+        .container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .next();
+    if let Some(c) = container {
+        if !c.image_id.is_empty() {
+            return PullState::Pulled;
+        }
+        let state = c.state.unwrap_or_default();
+        if state.running.is_some() || state.terminated.is_some() {
+            return PullState::Pulled;
+        }
+        if let Some(w) = state.waiting {
+            let reason = w.reason.unwrap_or_default();
+            if FAILED.contains(&reason.as_str()) {
+                return PullState::Failed(reason, w.message.unwrap_or_default());
+            }
+            // Past the pull: the container could not be made or started from the image.
+            if matches!(
+                reason.as_str(),
+                "CreateContainerError" | "CreateContainerConfigError" | "RunContainerError"
+            ) {
+                return PullState::Pulled;
+            }
+        }
+    }
+    match status.phase.as_deref() {
+        Some("Succeeded") => PullState::Pulled,
+        // The kubelet did not admit it (no room on the node, a node selector it does not match...).
+        Some("Failed") => PullState::Failed(
+            status.reason.unwrap_or_else(|| "Failed".into()),
+            status.message.unwrap_or_default(),
+        ),
+        _ => PullState::Pulling,
+    }
+}
+
+/// The observed pre-pull pod of a pod labelled `gluesync.molo17.com/pre-pull` (none once it is being
+/// deleted: it is as good as gone).
+pub fn observe(pod: &Pod) -> Option<PrePullPod> {
+    if pod.meta().deletion_timestamp.is_some() {
+        return None;
+    }
+    let spec = pod.spec.as_ref()?;
+    Some(PrePullPod {
+        name: pod.name_any(),
+        platform: pod.labels().get(PRE_PULL_LABEL)?.clone(),
+        node: spec.node_name.clone().unwrap_or_default(),
+        image: spec.containers.first()?.image.clone().unwrap_or_default(),
+        state: state_of(pod),
+    })
+}
