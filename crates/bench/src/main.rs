@@ -933,6 +933,61 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The pipelines' paused time of a 20-pipeline update (window 0) to a Core Hub image the node has not
+/// pulled, which takes 20 s to pull (the simulated node's image cache, hack/pullsim): with the pre-pull,
+/// without it, and beside an update to an image already on the node.
+async fn prepull() -> anyhow::Result<()> {
+    let sim = Simulator::start(Options::default()).await?;
+    sim.add_pipelines("p", 20);
+    let ns = setup("bench-prepull", &sim, 0).await?;
+    let gko = Gko::start(&ns, 18189)?;
+    let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(&api, "phase Current", current).await?;
+    // A tag no node has pulled, each time the bench runs.
+    let fresh = |base: &str, what: &str| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{base}-{what}{nanos}-slow-pull")
+    };
+    let mut run = |version: String, pre_pull: bool| {
+        let (api, sim, gko) = (api.clone(), &sim, &gko);
+        async move {
+            api.patch(
+                "gluesync",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"prePull": {"enabled": pre_pull}}})),
+            )
+            .await?;
+            sim.take_paused_time();
+            let before = gko.step_seconds("PrePull").await?;
+            let generation = set_version(&api, &version).await?;
+            wait_every(&api, "the update", finished(generation), ROLLOUT_POLL).await?;
+            let paused = sim
+                .take_paused_time()
+                .context("the update paused no pipeline")?
+                .as_secs_f64();
+            let pull = gko.step_seconds("PrePull").await? - before;
+            anyhow::Ok((paused, pull))
+        }
+    };
+    // The image is on the node (kwok's images pull at once), then one that takes 20 s, without and
+    // with the pre-pull.
+    let (on_node, _) = run("2.3.2.2".into(), true).await?;
+    let (without, _) = run(fresh("2.3.2.1", "a"), false).await?;
+    let (with, pull) = run(fresh("2.3.2.2", "b"), true).await?;
+    drop(gko);
+    println!(
+        "pre-pull (20 pipelines, window 0, a Core Hub image that takes 20 s to pull): pipelines paused {:.0} ms with the image on the node; {:.0} ms without the pre-pull; {:.0} ms with it (its pull, {:.1} s, before the drain); with the pre-pull beyond the image on the node: {:.0} ms (target: within 2000)",
+        on_node * 1000.0,
+        without * 1000.0,
+        with * 1000.0,
+        pull,
+        (with - on_node) * 1000.0
+    );
+    Ok(())
+}
+
 /// The pipelines' paused time (from the first maintenance request to the last pipeline running again,
 /// as the simulated Core Hub saw them) beside its floor: Core Hub's own rollout plus the stability window.
 fn print_paused(paused: f64, rollout: f64, window: f64) {
@@ -1520,6 +1575,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("overhead") {
         overhead(10).await?;
+    }
+    if wants("prepull") {
+        prepull().await?;
     }
     if wants("pipelines") {
         pipelines().await?;

@@ -537,7 +537,8 @@ async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Res
         "gluesyncplatforms.gluesync.molo17.com/status [] [] [patch]",
         "gluesyncplatforms.gluesync.molo17.com [] [] [get list watch patch]",
         "leases.coordination.k8s.io [] [] [get create update]",
-        "pods [] [] [get list watch delete]",
+        // Create: the pre-pull pods (the admission policy allows no other).
+        "pods [] [] [get list watch create delete]",
         "secrets [] [corehub-credentials] [get]",
         // Disaster recovery (disasterRecovery.enabled, the default): the pair's Secret by name, never
         // created nor deleted (the chart creates it); the Service by name, and create, which cannot be

@@ -987,6 +987,71 @@ async fn gkos_token_cannot_run_a_workload_as_another_account_or_publish_another_
             &service("gluesync-disaster-recovery"),
         )
         .await?;
+    // Pods: only the pre-pull pods GKO makes (one container running `true`, no token, no volume).
+    use gluesync_operator::update::prepull;
+    use k8s_openapi::api::core::v1::Pod;
+    let mut gsp = gluesync_operator::api::GluesyncPlatform::new(
+        "gluesync",
+        serde_json::from_value(json!({"version": "2.3.2.2"}))?,
+    );
+    gsp.metadata.namespace = Some(ns.name.clone());
+    gsp.metadata.uid = Some("00000000-0000-0000-0000-000000000001".into());
+    let pull = prepull::Pull {
+        name: "gluesync-pre-pull-probe".into(),
+        node: "kwok-node-0".into(),
+        image: "molo17/gluesync-core-hub:2.3.2.2".into(),
+        workload: core_hub.into(),
+    };
+    let pods: Api<Pod> = Api::namespaced(services.into_client(), &ns.name);
+    let own = prepull::pod(&gsp, &pull, &[]);
+    let bad = |name: &str, change: &dyn Fn(&mut serde_json::Value)| -> anyhow::Result<Pod> {
+        let mut v = serde_json::to_value(&own)?;
+        v["metadata"]["name"] = json!(name);
+        change(&mut v);
+        Ok(serde_json::from_value(v)?)
+    };
+    let attacks: [(&str, Box<dyn Fn(&mut serde_json::Value)>); 5] = [
+        (
+            "another command",
+            Box::new(|v| {
+                v["spec"]["containers"][0]["command"] =
+                    json!(["sh", "-c", "cat /var/run/secrets/*"])
+            }),
+        ),
+        (
+            "a token",
+            Box::new(|v| v["spec"]["automountServiceAccountToken"] = json!(true)),
+        ),
+        (
+            "another account's projected token",
+            Box::new(|v| {
+                v["spec"]["serviceAccountName"] = json!("victim");
+                v["spec"]["volumes"] = json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]);
+            }),
+        ),
+        (
+            "a Secret in the environment",
+            Box::new(
+                |v| v["spec"]["containers"][0]["env"] = json!([{"name": "P", "valueFrom": {"secretKeyRef": {"name": "corehub-credentials", "key": "password"}}}]),
+            ),
+        ),
+        (
+            "no pre-pull label",
+            Box::new(|v| v["metadata"]["labels"] = json!({"app": "x"})),
+        ),
+    ];
+    for (i, (what, change)) in attacks.iter().enumerate() {
+        let pod = bad(&format!("attack-{i}"), change.as_ref())?;
+        match pods.create(&PostParams::default(), &pod).await {
+            Err(kube::Error::Api(s)) => assert!(
+                s.message.contains("ValidatingAdmissionPolicy"),
+                "{what}: {}",
+                s.message
+            ),
+            other => panic!("{what}: GKO's token created the pod: {other:?}"),
+        }
+    }
+    pods.create(&PostParams::default(), &own).await?;
     Ok(())
 }
 

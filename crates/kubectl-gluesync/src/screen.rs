@@ -46,15 +46,34 @@ pub fn human(secs: i64) -> String {
     }
 }
 
+/// Which of the steps that run only sometimes this update's spec has: `Waiting` (a gate: an approval,
+/// maintenance windows), `PrePull` (`prePull.enabled`).
+#[derive(Clone, Copy, Debug)]
+pub struct Optional {
+    pub gated: bool,
+    pub pre_pull: bool,
+}
+
+impl Optional {
+    pub fn of(gsp: &gluesync_operator::api::GluesyncPlatform) -> Optional {
+        Optional {
+            gated: gate::gated(gsp),
+            pre_pull: gsp.spec.pre_pull.enabled,
+        }
+    }
+}
+
 /// A step's name, and its place among the steps of an update (1-based) and their number. `Waiting` is
-/// one of them only when the spec has a gate (an approval, maintenance windows) or the update waits.
-fn place(step: UpdateStep, gated: bool) -> (String, usize, usize) {
+/// one of them only when the spec has a gate or the update waits; `PrePull` only when the spec pulls
+/// first or the update pulls.
+fn place(step: UpdateStep, optional: Optional) -> (String, usize, usize) {
     use strum::VariantNames;
     let name = format!("{step:?}");
     let all: Vec<&str> = UpdateStep::VARIANTS
         .iter()
         .copied()
-        .filter(|s| gated || step == UpdateStep::Waiting || *s != "Waiting")
+        .filter(|s| optional.gated || step == UpdateStep::Waiting || *s != "Waiting")
+        .filter(|s| optional.pre_pull || step == UpdateStep::PrePull || *s != "PrePull")
         .collect();
     let at = all.iter().position(|s| *s == name).map_or(0, |i| i + 1);
     (name, at, all.len())
@@ -81,9 +100,9 @@ pub fn progress(
     status: &GluesyncPlatformStatus,
     u: &UpdateStatus,
     now: Timestamp,
-    gated: bool,
+    optional: Optional,
 ) -> Progress {
-    let (step, step_number, steps) = place(u.step.name(), gated);
+    let (step, step_number, steps) = place(u.step.name(), optional);
     Progress {
         step,
         step_number,
@@ -244,7 +263,7 @@ pub fn line(gsp: &GluesyncPlatform, now: Timestamp, bars: bool, live: &Live) -> 
     let version = status.version.as_deref().unwrap_or("-");
     let mut parts = vec![format!("{phase} {version}")];
     if let Some(u) = &status.update {
-        let p = progress(status, u, now, gate::gated(gsp));
+        let p = progress(status, u, now, Optional::of(gsp));
         let to = u.target.as_deref().unwrap_or("modules");
         parts[0] = format!("{phase} {} -> {to}", u.from.as_deref().unwrap_or(version));
         let mut step = format!(
@@ -360,7 +379,7 @@ pub fn screen(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> String {
         ));
     }
     if let Some(u) = &status.update {
-        let p = progress(status, u, now, gate::gated(gsp));
+        let p = progress(status, u, now, Optional::of(gsp));
         let request = u
             .request_id
             .as_deref()
@@ -465,7 +484,7 @@ pub fn summary(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> Value {
     let status = gsp.status.as_ref();
     let update = status.and_then(|st| {
         st.update.as_ref().map(|u| {
-            let p = progress(st, u, now, gate::gated(gsp));
+            let p = progress(st, u, now, Optional::of(gsp));
             json!({
                 "from": u.from, "target": u.target, "requestID": u.request_id,
                 "step": p.step, "stepNumber": p.step_number, "steps": p.steps,
@@ -598,7 +617,7 @@ mod tests {
         let line = line(&gsp, now, true, &Live::new());
         assert!(
             line.starts_with(
-                "Updating 2.3.2.1 -> 2.3.2.2 | step 3/8 Drain 30 s (deadline in 4 min 30 s)"
+                "Updating 2.3.2.1 -> 2.3.2.2 | step 4/9 Drain 30 s (deadline in 4 min 30 s)"
             ),
             "{line}"
         );
@@ -612,7 +631,7 @@ mod tests {
         );
         let screen = screen(&gsp, now, &Live::new());
         assert!(
-            screen.contains("Step:       Drain (3 of 8), for 30 s, deadline in 4 min 30 s"),
+            screen.contains("Step:       Drain (4 of 9), for 30 s, deadline in 4 min 30 s"),
             "{screen}"
         );
         assert!(
@@ -635,7 +654,7 @@ mod tests {
                        "resumedPipelines": ["b", "c", "d"], "generation": 2, "startedAt": "2026-12-03T10:00:00Z"},
         }));
         let line = line(&gsp, t("2026-12-03T10:00:20Z"), false, &Live::new());
-        assert!(line.contains("step 6/8 Resume 10 s"), "{line}");
+        assert!(line.contains("step 7/9 Resume 10 s"), "{line}");
         assert!(line.contains("pipelines resumed 3 of 4"), "{line}");
         assert!(!line.contains('['), "no bar when asked for none: {line}");
         assert!(

@@ -203,7 +203,7 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
     let o = plugin(&ns, &["-o", "yaml", "status"]);
     assert!(stdout(&o).contains("step: Drain"), "{}", stdout(&o));
     let screen = stdout(&plugin(&ns, &["status"]));
-    assert!(screen.contains("Step:       Drain (3 of 8)"), "{screen}");
+    assert!(screen.contains("Step:       Drain (4 of 9)"), "{screen}");
     assert!(
         screen.contains("an update runs: a new version waits for its end"),
         "{screen}"
@@ -266,7 +266,7 @@ async fn the_plugin_follows_an_update_and_refuses_what_the_policy_forbids() -> a
     reader.join().unwrap();
     let lines = lines.lock().unwrap().clone();
     assert!(
-        lines.iter().any(|l| l.contains("step 3/8 Drain")),
+        lines.iter().any(|l| l.contains("step 4/9 Drain")),
         "{lines:#?}"
     );
     assert!(
@@ -491,7 +491,7 @@ async fn in_a_terminal_status_w_redraws_one_line() -> anyhow::Result<()> {
         Duration::from_secs(30),
         || async {
             let pane = capture(&session);
-            Ok(pane.contains("step 3/8 Drain").then_some(pane))
+            Ok(pane.contains("step 4/9 Drain").then_some(pane))
         },
     )
     .await?;

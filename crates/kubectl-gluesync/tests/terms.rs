@@ -74,7 +74,7 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
         "molo17/gluesync-core-hub:2.3.2.1"
     );
     let screen = stdout(&plugin(&ns, &["status"]));
-    assert!(screen.contains("Step:       Waiting (3 of 9)"), "{screen}");
+    assert!(screen.contains("Step:       Waiting (4 of 10)"), "{screen}");
     assert!(
         screen.contains(&format!(
             "`kubectl gluesync approve` writes {APPROVE_ANNOTATION}={first}"

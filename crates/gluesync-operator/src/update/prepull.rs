@@ -358,17 +358,22 @@ pub fn state_of(pod: &Pod) -> PullState {
             if FAILED.contains(&reason.as_str()) {
                 return PullState::Failed(reason, w.message.unwrap_or_default());
             }
-            // Past the pull: the container could not be made or started from the image.
+            // Past the pull: the container could not be made or started from the image, or it ran and
+            // waits to run again.
             if matches!(
                 reason.as_str(),
-                "CreateContainerError" | "CreateContainerConfigError" | "RunContainerError"
+                "CreateContainerError"
+                    | "CreateContainerConfigError"
+                    | "RunContainerError"
+                    | "CrashLoopBackOff"
             ) {
                 return PullState::Pulled;
             }
         }
     }
     match status.phase.as_deref() {
-        Some("Succeeded") => PullState::Pulled,
+        // Its container started: the image is on the node.
+        Some("Succeeded" | "Running") => PullState::Pulled,
         // The kubelet did not admit it (no room on the node, a node selector it does not match...).
         Some("Failed") => PullState::Failed(
             status.reason.unwrap_or_else(|| "Failed".into()),

@@ -2163,6 +2163,17 @@ fn a_pre_pull_pod_reads_as_pulled_failed_or_pulling() {
         state_of(&with(container(waiting("RunContainerError"), ""))),
         PullState::Pulled
     );
+    assert_eq!(
+        state_of(&with(container(waiting("CrashLoopBackOff"), ""))),
+        PullState::Pulled
+    );
+    assert_eq!(
+        state_of(&with(PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        })),
+        PullState::Pulled
+    );
     let exited = ContainerState {
         terminated: Some(ContainerStateTerminated {
             exit_code: 0,
