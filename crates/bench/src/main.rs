@@ -950,7 +950,7 @@ async fn prepull() -> anyhow::Result<()> {
             .map_or(0, |d| d.as_nanos());
         format!("{base}-{what}{nanos}-slow-pull")
     };
-    let mut run = |version: String, pre_pull: bool| {
+    let run = |version: String, pre_pull: bool| {
         let (api, sim, gko) = (api.clone(), &sim, &gko);
         async move {
             api.patch(

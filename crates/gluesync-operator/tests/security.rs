@@ -1010,7 +1010,8 @@ async fn gkos_token_cannot_run_a_workload_as_another_account_or_publish_another_
         change(&mut v);
         Ok(serde_json::from_value(v)?)
     };
-    let attacks: [(&str, Box<dyn Fn(&mut serde_json::Value)>); 5] = [
+    type Change = Box<dyn Fn(&mut serde_json::Value)>;
+    let attacks: [(&str, Change); 5] = [
         (
             "another command",
             Box::new(|v| {
