@@ -96,10 +96,14 @@ pub(super) fn after_snapshot(
     d: &mut Decision,
 ) {
     let now = &obs.now;
-    if !wanted_for(gsp, u, next) || wanted(gsp, u, obs.workloads).is_empty() {
+    let pulls = if wanted_for(gsp, u, next) {
+        wanted(gsp, u, obs.workloads)
+    } else {
+        vec![]
+    };
+    if pulls.is_empty() {
         return super::gate::after_snapshot(gsp, u, next, now, d);
     }
-    let pulls = wanted(gsp, u, obs.workloads);
     d.status.message = Some(format!(
         "pulling the new images on the nodes before any pipeline is paused: {}",
         describe(&pulls)
