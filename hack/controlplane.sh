@@ -61,6 +61,17 @@ pullsim_key() {
 }
 pullsim_bin() { echo "$cache_dir/pullsim/$(pullsim_key)/bin/pullsim"; }
 
+# helm as its release binaries are built: with the Kubernetes version of its own modules (1.37 for helm
+# v3.22) as the default of `helm template` and `helm lint` (without it, 1.20, and a chart's kubeVersion is
+# checked against that). Its own key; the control plane's folder gets a link to it.
+helm_k8s_minor=37
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_k8s_minor"
+done
+helm_key() { { echo "$helm_version $helm_ldflags"; go env GOVERSION; } | sha256sum | cut -c1-16; }
+helm_bin() { echo "$cache_dir/helm/$(helm_key)/bin/helm"; }
+
 kstatus_bin() { echo "$cache_dir/kstatus/$(kstatus_key)/bin/kstatus"; }
 
 build() {
@@ -119,6 +130,20 @@ build_pullsim() {
   (cd "$pullsim_src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/pullsim" .)
   rm -rf "$bin"; mv "$tmp" "$bin"
   log "pullsim built in $((SECONDS - start)) s"
+}
+
+build_helm() {
+  local exe; exe=$(helm_bin)
+  if [ ! -x "$exe" ]; then
+    command -v go >/dev/null || die "the Go toolchain is needed to build helm"
+    local bin; bin=$(dirname "$exe")
+    local tmp="$bin.tmp.$$"
+    rm -rf "$tmp"; mkdir -p "$tmp"
+    log "building helm $helm_version into $bin"
+    GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags="$helm_ldflags" "helm.sh/helm/v3/cmd/helm@$helm_version"
+    rm -rf "$bin"; mv "$tmp" "$bin"
+  fi
+  ln -sfn "$exe" "$(bin_dir)/helm"
 }
 
 start_pullsim() {
@@ -258,6 +283,7 @@ restart() {
 
 up() {
   build
+  build_helm
   build_pullsim
   mkdir -p "$cluster_dir"
   exec 9>"$cluster_dir/.lock"
@@ -347,7 +373,7 @@ down() {
 }
 
 case "${1:-}" in
-  build) build; build_kstatus; build_pullsim ;;
+  build) build; build_helm; build_kstatus; build_pullsim ;;
   up) up ;;
   down) down ;;
   restart) restart "${2:-}" ;;

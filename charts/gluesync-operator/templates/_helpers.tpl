@@ -22,6 +22,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with (.Values.global | default dict).commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* GKO's ServiceAccount: serviceAccount.name, else the release's full name. */}}
+{{- define "gluesync-operator.serviceAccountName" -}}
+{{- default (include "gluesync-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The pull secrets of GKO's pod: imagePullSecrets and global.imagePullSecrets. */}}
+{{- define "gluesync-operator.pullSecrets" -}}
+{{- concat (.Values.imagePullSecrets | default list) ((.Values.global | default dict).imagePullSecrets | default list) | uniq | toJson -}}
 {{- end -}}
 
 {{/* The update policy: updatePolicy (kit name) or platform.updatePolicy. */}}
@@ -35,8 +48,20 @@ on: a newer image GKO put on its own Deployment is kept, so that helm upgrade ne
 */}}
 {{- define "gluesync-operator.image" -}}
 {{- $tag := default .Chart.AppVersion (default .Values.image.tag .Values.tag) -}}
-{{- $image := printf "%s:%s" .Values.image.repository $tag -}}
-{{- if and (eq (include "gluesync-operator.policy" .) "ui") .Values.selfUpdate.enabled (.Capabilities.APIVersions.Has "apps/v1/Deployment") -}}
+{{- $repository := .Values.image.repository -}}
+{{- with (.Values.global | default dict).imageRegistry -}}
+{{- /* The registry part is the first path segment when it names a host (a dot, a colon or localhost). */ -}}
+{{- $first := first (splitList "/" $repository) -}}
+{{- if and (gt (len (splitList "/" $repository)) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repository = printf "%s/%s" . (join "/" (rest (splitList "/" $repository))) -}}
+{{- else -}}
+{{- $repository = printf "%s/%s" . $repository -}}
+{{- end -}}
+{{- end -}}
+{{- $image := printf "%s:%s" $repository $tag -}}
+{{- if .Values.image.digest -}}
+{{- $image = printf "%s@%s" $repository .Values.image.digest -}}
+{{- else if and (eq (include "gluesync-operator.policy" .) "ui") .Values.selfUpdate.enabled (.Capabilities.APIVersions.Has "apps/v1/Deployment") -}}
 {{- $live := lookup "apps/v1" "Deployment" .Release.Namespace (include "gluesync-operator.fullname" .) -}}
 {{- range (dig "spec" "template" "spec" "containers" (list) $live) -}}
 {{- if eq .name "gluesync-operator" -}}

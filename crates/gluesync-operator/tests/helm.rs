@@ -536,7 +536,9 @@ async fn gko_may_do_only_what_it_uses_and_only_in_its_namespace() -> anyhow::Res
         "events.events.k8s.io [] [] [create patch]",
         "gluesyncplatforms.gluesync.molo17.com/status [] [] [patch]",
         "gluesyncplatforms.gluesync.molo17.com [] [] [get list watch patch]",
-        "leases.coordination.k8s.io [] [] [get create update]",
+        // The Lease by name; create cannot be limited to one.
+        "leases.coordination.k8s.io [] [gluesync-operator] [get update]",
+        "leases.coordination.k8s.io [] [] [create]",
         // Create: the pre-pull pods (the admission policy allows no other).
         "pods [] [] [get list watch create delete]",
         "secrets [] [corehub-credentials] [get]",
@@ -1212,5 +1214,170 @@ async fn helm_upgrade_keeps_the_pair_the_ui_set_and_gitops_takes_the_values() ->
     // Under gitops the values win.
     run("upgrade", &["platform.updatePolicy=gitops"])?;
     assert_eq!(dr(&ns)?, from_values, "under gitops the values win");
+    Ok(())
+}
+
+/// Every value set a platform team uses renders what the API server accepts (a server-side dry run in the
+/// test's namespace), and each option renders what it says: the defaults, every option on, gitops,
+/// self-update off, disaster recovery on. (The Prometheus Operator's kinds are checked as rendered: the
+/// local control plane has no monitoring.coreos.com definitions.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result<()> {
+    let ns = namespace("helm-values").await?;
+    let operator = charts().join("gluesync-operator").display().to_string();
+    let digest = format!("sha256:{}", "a".repeat(64));
+    let all_on: Vec<String> = [
+        "replicas=3",
+        "revisionHistoryLimit=3",
+        "podDisruptionBudget.enabled=true",
+        "topologySpreadConstraints[0].maxSkew=1",
+        "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+        "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        "topologySpreadConstraints[0].labelSelector.matchLabels.app\\.kubernetes\\.io/name=gluesync-operator",
+        "startupProbe.failureThreshold=60",
+        "readinessProbe.periodSeconds=7",
+        "livenessProbe.timeoutSeconds=3",
+        "prometheus.servicemonitor.enabled=true",
+        "prometheus.servicemonitor.labels.release=kube-prometheus",
+        "networkPolicy.enabled=true",
+        "networkPolicy.ingressFrom[0].namespaceSelector.matchLabels.team=platform",
+        "serviceAccount.name=gko",
+        "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/gko",
+        "extraArgs[0]=--help-not-used",
+        "envFrom[0].configMapRef.name=gko-proxy",
+        "extraVolumes[0].name=scratch",
+        "extraVolumes[0].emptyDir.medium=Memory",
+        "extraVolumeMounts[0].name=scratch",
+        "extraVolumeMounts[0].mountPath=/scratch",
+        "deploymentAnnotations.team=data",
+        "conductor.service.annotations.team=data",
+        "global.commonLabels.team=data",
+        "global.imageRegistry=registry.example.com",
+        "global.imagePullSecrets[0].name=regcred",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([format!("image.digest={digest}")])
+    .collect();
+    let sets: [(&str, Vec<String>); 5] = [
+        ("defaults", vec![]),
+        ("every option on", all_on),
+        ("gitops", vec!["platform.updatePolicy=gitops".into()]),
+        ("self-update off", vec!["selfUpdate.enabled=false".into()]),
+        (
+            "disaster recovery on",
+            vec![
+                "platform.disasterRecovery.role=primary".into(),
+                "platform.disasterRecovery.peerAddress=dr.example.com".into(),
+            ],
+        ),
+    ];
+    for (what, values) in &sets {
+        let mut args = vec![
+            "template".to_string(),
+            "gluesync".into(),
+            operator.clone(),
+            "--set".into(),
+            "platform.version=2.3.2.1".into(),
+        ];
+        for v in values {
+            args.extend(["--set".into(), v.clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let rendered = helm(&ns, &args)?;
+        let docs: Vec<&str> = rendered
+            .split("\n---")
+            .filter(|d| !d.contains("apiVersion: monitoring.coreos.com/"))
+            .collect();
+        let (ok, out) = ns.kubectl_status(
+            &["apply", "--dry-run=server", "--server-side", "-f", "-"],
+            Some(&docs.join("\n---")),
+        )?;
+        assert!(ok, "{what}: the API server refuses what the chart renders: {out}");
+    }
+    // What the options render.
+    let mut on = vec!["platform.version=2.3.2.1"];
+    on.extend(sets[1].1.iter().map(String::as_str));
+    let objects = template(&operator, &on)?;
+    let deployment = object(&objects, "Deployment", "gluesync-operator").unwrap();
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(deployment["spec"]["revisionHistoryLimit"], 3);
+    assert_eq!(deployment["metadata"]["annotations"]["team"], "data");
+    assert_eq!(pod["metadata"]["labels"]["team"], "data");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!("registry.example.com/molo17/gluesync-operator@{digest}")
+    );
+    assert_eq!(container["args"], json!(["run", "--help-not-used"]));
+    assert_eq!(container["envFrom"][0]["configMapRef"]["name"], "gko-proxy");
+    assert_eq!(container["startupProbe"]["failureThreshold"], 60);
+    assert_eq!(container["readinessProbe"]["periodSeconds"], 7);
+    assert_eq!(container["livenessProbe"]["timeoutSeconds"], 3);
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == "/scratch")
+    );
+    assert_eq!(pod["spec"]["serviceAccountName"], "gko");
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(
+        pod["spec"]["topologySpreadConstraints"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    // With a ServiceMonitor, no scrape annotations.
+    assert!(pod["metadata"]["annotations"]["prometheus.io/scrape"].is_null());
+    let pdb = object(&objects, "PodDisruptionBudget", "gluesync-operator").unwrap();
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    let sa = object(&objects, "ServiceAccount", "gko").unwrap();
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::1:role/gko"
+    );
+    let binding = object(&objects, "RoleBinding", "gluesync-operator").unwrap();
+    assert_eq!(binding["subjects"][0]["name"], "gko");
+    let monitor = object(&objects, "ServiceMonitor", "gluesync-operator").unwrap();
+    assert_eq!(monitor["metadata"]["labels"]["release"], "kube-prometheus");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    let metrics = object(&objects, "Service", "gluesync-operator-metrics").unwrap();
+    assert_eq!(metrics["spec"]["ports"][0]["name"], "metrics");
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"],
+        metrics["metadata"]["labels"]["app.kubernetes.io/component"]
+    );
+    let policy = object(&objects, "NetworkPolicy", "gluesync-operator").unwrap();
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["team"],
+        "platform"
+    );
+    // The defaults: scrape annotations on the pod, no monitor, no PDB, no NetworkPolicy.
+    let defaults = template(&operator, &["platform.version=2.3.2.1"])?;
+    let pod = &object(&defaults, "Deployment", "gluesync-operator").unwrap()["spec"]["template"];
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/scrape"], "true");
+    for kind in ["ServiceMonitor", "PodMonitor", "PodDisruptionBudget", "NetworkPolicy"] {
+        assert!(
+            !defaults.iter().any(|o| o["kind"] == kind),
+            "{kind} rendered by default"
+        );
+    }
+    // A replica count above 2 is allowed; a wrong digest is not.
+    let refused = helm(
+        &ns,
+        &[
+            "template",
+            "gluesync",
+            &operator,
+            "--set",
+            "platform.version=2.3.2.1",
+            "--set",
+            "image.digest=latest",
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("/image/digest"), "{refused}");
     Ok(())
 }
