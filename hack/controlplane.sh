@@ -4,7 +4,9 @@
 #   hack/controlplane.sh build    build etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 #                                 kubectl and kwok (hack/controlplane/go.mod) and helm into a cache outside
 #                                 the repo, keyed by what they are built from; a warm cache returns at once;
-#                                 then kstatus (below) the same way
+#                                 then kstatus (below) the same way; kube-apiserver and helm again with
+#                                 their versions stamped in, as release binaries are (each with a key of
+#                                 its own, linked into the same folder)
 #   hack/controlplane.sh up       start the cluster on loopback (or reuse the one running), one simulated node
 #   hack/controlplane.sh down     stop it and remove its state
 #   hack/controlplane.sh status   say whether it runs
@@ -69,6 +71,17 @@ helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
 for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
   helm_ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_k8s_minor"
 done
+# kube-apiserver with its version stamped in, as release binaries are (`go build` alone makes it report
+# v0.0.0-master, which a chart's kubeVersion refuses): its own key, linked into the control plane's folder.
+k8s_version=$(sed -n 's#^[[:space:]]*k8s.io/kubernetes v\([0-9.]*\).*#\1#p' "$src/go.mod" | head -1)
+apiserver_ldflags="-s -w"
+for kv in gitVersion=v$k8s_version gitMajor=${k8s_version%%.*} gitMinor=$(echo "$k8s_version" | cut -d. -f2) \
+    gitTreeState=clean buildDate=1970-01-01T00:00:00Z; do
+  apiserver_ldflags+=" -X k8s.io/component-base/version.$kv"
+done
+apiserver_key() { { cat "$src/go.mod" "$src/go.sum"; echo "$apiserver_ldflags"; go env GOVERSION; } | sha256sum | cut -c1-16; }
+apiserver_bin() { echo "$cache_dir/kube-apiserver/$(apiserver_key)/bin/kube-apiserver"; }
+
 helm_key() { { echo "$helm_version $helm_ldflags"; go env GOVERSION; } | sha256sum | cut -c1-16; }
 helm_bin() { echo "$cache_dir/helm/$(helm_key)/bin/helm"; }
 
@@ -144,6 +157,19 @@ build_helm() {
     rm -rf "$bin"; mv "$tmp" "$bin"
   fi
   ln -sfn "$exe" "$(bin_dir)/helm"
+}
+
+build_apiserver() {
+  local exe; exe=$(apiserver_bin)
+  if [ ! -x "$exe" ]; then
+    local bin; bin=$(dirname "$exe")
+    local tmp="$bin.tmp.$$"
+    rm -rf "$tmp"; mkdir -p "$tmp"
+    log "building kube-apiserver v$k8s_version (version stamped) into $bin"
+    (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags="$apiserver_ldflags" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver)
+    rm -rf "$bin"; mv "$tmp" "$bin"
+  fi
+  ln -sfn "$exe" "$(bin_dir)/kube-apiserver"
 }
 
 start_pullsim() {
@@ -283,6 +309,7 @@ restart() {
 
 up() {
   build
+  build_apiserver
   build_helm
   build_pullsim
   mkdir -p "$cluster_dir"
@@ -373,7 +400,7 @@ down() {
 }
 
 case "${1:-}" in
-  build) build; build_helm; build_kstatus; build_pullsim ;;
+  build) build; build_apiserver; build_helm; build_kstatus; build_pullsim ;;
   up) up ;;
   down) down ;;
   restart) restart "${2:-}" ;;

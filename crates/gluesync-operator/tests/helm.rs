@@ -1293,13 +1293,16 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
             &["apply", "--dry-run=server", "--server-side", "-f", "-"],
             Some(&docs.join("\n---")),
         )?;
-        assert!(ok, "{what}: the API server refuses what the chart renders: {out}");
+        assert!(
+            ok,
+            "{what}: the API server refuses what the chart renders: {out}"
+        );
     }
     // What the options render.
     let mut on = vec!["platform.version=2.3.2.1"];
     on.extend(sets[1].1.iter().map(String::as_str));
     let objects = template(&operator, &on)?;
-    let deployment = object(&objects, "Deployment", "gluesync-operator").unwrap();
+    let deployment = object(&objects, "Deployment", GKO).unwrap();
     let pod = &deployment["spec"]["template"];
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(deployment["spec"]["revisionHistoryLimit"], 3);
@@ -1330,34 +1333,42 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
     );
     // With a ServiceMonitor, no scrape annotations.
     assert!(pod["metadata"]["annotations"]["prometheus.io/scrape"].is_null());
-    let pdb = object(&objects, "PodDisruptionBudget", "gluesync-operator").unwrap();
+    let pdb = object(&objects, "PodDisruptionBudget", GKO).unwrap();
     assert_eq!(pdb["spec"]["minAvailable"], 1);
     let sa = object(&objects, "ServiceAccount", "gko").unwrap();
     assert_eq!(
         sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
         "arn:aws:iam::1:role/gko"
     );
-    let binding = object(&objects, "RoleBinding", "gluesync-operator").unwrap();
+    let binding = object(&objects, "RoleBinding", GKO).unwrap();
     assert_eq!(binding["subjects"][0]["name"], "gko");
-    let monitor = object(&objects, "ServiceMonitor", "gluesync-operator").unwrap();
+    let monitor = object(&objects, "ServiceMonitor", GKO).unwrap();
     assert_eq!(monitor["metadata"]["labels"]["release"], "kube-prometheus");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
-    let metrics = object(&objects, "Service", "gluesync-operator-metrics").unwrap();
+    let metrics = object(&objects, "Service", &format!("{GKO}-metrics")).unwrap();
     assert_eq!(metrics["spec"]["ports"][0]["name"], "metrics");
     assert_eq!(
         monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"],
         metrics["metadata"]["labels"]["app.kubernetes.io/component"]
     );
-    let policy = object(&objects, "NetworkPolicy", "gluesync-operator").unwrap();
+    let policy = object(&objects, "NetworkPolicy", GKO).unwrap();
     assert_eq!(
         policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["team"],
         "platform"
     );
     // The defaults: scrape annotations on the pod, no monitor, no PDB, no NetworkPolicy.
     let defaults = template(&operator, &["platform.version=2.3.2.1"])?;
-    let pod = &object(&defaults, "Deployment", "gluesync-operator").unwrap()["spec"]["template"];
-    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/scrape"], "true");
-    for kind in ["ServiceMonitor", "PodMonitor", "PodDisruptionBudget", "NetworkPolicy"] {
+    let pod = &object(&defaults, "Deployment", GKO).unwrap()["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    for kind in [
+        "ServiceMonitor",
+        "PodMonitor",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    ] {
         assert!(
             !defaults.iter().any(|o| o["kind"] == kind),
             "{kind} rendered by default"
