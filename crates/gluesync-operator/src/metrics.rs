@@ -52,6 +52,18 @@ pub struct ClosedLabel {
     pub reason: String,
 }
 
+/// Labels of the platform's state gauges: `phase`, `condition` (type), `self_update_result` (result).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ValueLabel {
+    pub value: String,
+}
+
+/// Labels of `conductor_requests_total`: the HTTP status of the answer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: String,
+}
+
 /// GKO's metrics. The counters are cheap handles, shared by every part that counts.
 pub struct Metrics {
     registry: Registry,
@@ -75,6 +87,24 @@ pub struct Metrics {
     pub connections: Family<ListenerLabel, Gauge>,
     /// Connections GKO closed, by listener and reason (idle, evicted, refused).
     pub connections_closed: Family<ClosedLabel, Counter>,
+    /// The GluesyncPlatform as its last written status says it, for alerts that read a state rather than
+    /// count events (see [`Metrics::platform`]): 1 for its phase, 0 for the others seen.
+    pub phase: Family<ValueLabel, Gauge>,
+    /// 1 when the condition (Ready, Reconciling, Stalled) is True, else 0.
+    pub condition: Family<ValueLabel, Gauge>,
+    /// Pipelines GKO put into maintenance mode and has not seen resumed (`status.pausedPipelines`).
+    pub paused_pipelines: Gauge,
+    /// 1 while an update runs.
+    pub update_running: Gauge,
+    /// When the version catalog last answered (Unix seconds; 0: not since the status began).
+    pub catalog_last_success: Gauge,
+    /// The last own update's result (OK, ROLLED_BACK, ERROR, SKIPPED, SCHEDULED): 1 for it, 0 for the
+    /// others seen.
+    pub self_update_result: Family<ValueLabel, Gauge>,
+    /// 1 while this process holds the Lease.
+    pub leader: Gauge,
+    /// The Conductor API's answers, by HTTP status.
+    pub conductor_requests: Family<StatusLabel, Counter>,
     /// True once the watches have listed the namespace.
     pub ready: AtomicBool,
     /// The Conductor API could not serve (its port taken, its certificate unreadable).
@@ -159,8 +189,64 @@ impl Default for Metrics {
              (the one idle the longest, for a new connection at the bound), refused (at the bound, none idle)",
             Family::<ClosedLabel, Counter>::default(),
         );
+        let phase = registered(
+            &mut registry,
+            "phase",
+            "The GluesyncPlatform's phase (1 for the phase it is in)",
+            Family::<ValueLabel, Gauge>::default(),
+        );
+        let condition = registered(
+            &mut registry,
+            "condition",
+            "The GluesyncPlatform's conditions Ready, Reconciling and Stalled (1: True)",
+            Family::<ValueLabel, Gauge>::default(),
+        );
+        let paused_pipelines = registered(
+            &mut registry,
+            "paused_pipelines",
+            "Pipelines GKO put into maintenance mode and has not seen resumed",
+            Gauge::default(),
+        );
+        let update_running = registered(
+            &mut registry,
+            "update_running",
+            "1 while an update runs",
+            Gauge::default(),
+        );
+        let catalog_last_success = registered(
+            &mut registry,
+            "catalog_last_success_timestamp_seconds",
+            "When the version catalog last answered (Unix seconds)",
+            Gauge::default(),
+        );
+        let self_update_result = registered(
+            &mut registry,
+            "self_update_result",
+            "The result of GKO's last update of itself (1 for it)",
+            Family::<ValueLabel, Gauge>::default(),
+        );
+        let leader = registered(
+            &mut registry,
+            "leader",
+            "1 while this GKO holds the Lease and acts",
+            Gauge::default(),
+        );
+        let conductor_requests = registered(
+            &mut registry,
+            "conductor_requests",
+            "Answers of the Conductor API, by HTTP status",
+            Family::<StatusLabel, Counter>::default(),
+        );
         Metrics {
             registry,
+            phase,
+            condition,
+            paused_pipelines,
+            update_running,
+            catalog_last_success,
+            self_update_result,
+            leader,
+            conductor_requests,
             cached,
             connections,
             connections_closed,
@@ -181,6 +267,75 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The state gauges, from the status just written (or found as the decision wants it).
+    pub fn platform(&self, status: &crate::api::GluesyncPlatformStatus) {
+        // One gauge per value GKO may report, 1 for the current one (none: all 0).
+        let one_of = |family: &Family<ValueLabel, Gauge>, all: &[&str], current: Option<&str>| {
+            for v in all {
+                family
+                    .get_or_create(&ValueLabel {
+                        value: v.to_string(),
+                    })
+                    .set(i64::from(Some(*v) == current));
+            }
+        };
+        one_of(
+            &self.phase,
+            &[
+                "Current",
+                "UpdateAvailable",
+                "Updating",
+                "Degraded",
+                "Failed",
+            ],
+            status.phase.map(|p| p.as_str()),
+        );
+        for c in ["Ready", "Reconciling", "Stalled"] {
+            let on = status
+                .conditions
+                .iter()
+                .any(|x| x.type_ == c && x.status == "True");
+            self.condition
+                .get_or_create(&ValueLabel { value: c.into() })
+                .set(i64::from(on));
+        }
+        self.paused_pipelines
+            .set(status.paused_pipelines.len() as i64);
+        self.update_running.set(i64::from(status.update.is_some()));
+        self.catalog_last_success.set(
+            status
+                .catalog
+                .as_ref()
+                .and_then(|c| c.last_checked_at.as_ref())
+                .map_or(0, |t| t.0.as_second()),
+        );
+        // GKO's own entry in the last update's results (GKO's Deployment is the `operator` component).
+        let gko = status
+            .components
+            .iter()
+            .find(|c| c.component_type == crate::api::ComponentType::Operator)
+            .map(|c| c.name.as_str());
+        let own = status.last_attempt.as_ref().and_then(|a| {
+            a.results
+                .iter()
+                .find(|r| Some(r.name.as_str()) == gko)
+                .map(|r| r.status)
+        });
+        use crate::api::ComponentResultStatus as R;
+        let name = |r: R| match r {
+            R::Ok => "OK",
+            R::Error => "ERROR",
+            R::RolledBack => "ROLLED_BACK",
+            R::Skipped => "SKIPPED",
+            R::Scheduled => "SCHEDULED",
+        };
+        one_of(
+            &self.self_update_result,
+            &["OK", "ERROR", "ROLLED_BACK", "SKIPPED", "SCHEDULED"],
+            own.map(name),
+        );
+    }
+
     /// Counts one request to the API server, and its body's bytes, by its verb; the Kubernetes client's
     /// layer calls it.
     pub fn kubernetes_request<B: hyper::body::Body>(&self, request: &axum::http::Request<B>) {
@@ -283,3 +438,52 @@ const METRICS_CONNECTIONS: usize = 64;
 const METRICS_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
 /// Time a connection to the metrics port has to send a complete request.
 const METRICS_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    /// Every metric GKO exports is in docs/monitoring.md's table.
+    #[test]
+    fn every_metric_is_documented() {
+        let docs = include_str!("../../../docs/monitoring.md");
+        use super::*;
+        let m = Metrics::default();
+        // A family shows once it has a child: one of each.
+        m.platform(&Default::default());
+        let verb = VerbLabel { verb: "get".into() };
+        m.kubernetes_requests.get_or_create(&verb).inc();
+        m.kubernetes_request_bytes.get_or_create(&verb).inc();
+        m.updates
+            .get_or_create(&ResultLabel {
+                result: "Succeeded".into(),
+            })
+            .inc();
+        m.step_seconds
+            .get_or_create(&StepLabel {
+                step: "Drain".into(),
+            })
+            .observe(1.0);
+        m.cached
+            .get_or_create(&KindLabel { kind: "Pod".into() })
+            .set(1);
+        m.listener("conductor");
+        m.conductor_requests
+            .get_or_create(&StatusLabel {
+                status: "200".into(),
+            })
+            .inc();
+        let text = m.render();
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert!(names.len() >= 21, "{names:?}");
+        for name in names {
+            let counter = format!("`{name}_total`");
+            assert!(
+                docs.contains(&format!("`{name}`")) || docs.contains(&counter),
+                "{name} is not in docs/monitoring.md"
+            );
+        }
+    }
+}

@@ -253,6 +253,14 @@ pub async fn run(
         });
         if owned { every_platform() } else { vec![] }
     };
+    // `leader`: whether this process holds the Lease, as exactly as `is_leader` says it, every second.
+    let (lead, lead_metrics) = (leadership.clone(), metrics.clone());
+    tokio::spawn(async move {
+        loop {
+            lead_metrics.leader.set(i64::from(lead.is_leader()));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
     let acquired = futures::stream::unfold(leadership.subscribe(), |mut taken| async move {
         loop {
             taken.changed().await.ok()?;

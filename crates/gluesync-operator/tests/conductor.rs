@@ -250,7 +250,7 @@ async fn a_manager_updates_the_platform_from_the_ui() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_without_the_right_are_refused_and_nothing_changes() -> anyhow::Result<()> {
-    let (ns, sim, _gko, ui) = serving("ui-auth", json!({})).await?;
+    let (ns, sim, gko, ui) = serving("ui-auth", json!({})).await?;
     let before = generation(&ns).await?;
 
     let viewer = sim.token_for("viewer");
@@ -308,6 +308,20 @@ async fn callers_without_the_right_are_refused_and_nothing_changes() -> anyhow::
     );
     let g = platforms(&ns).get("gluesync").await?;
     assert!(g.status.unwrap_or_default().last_attempt.is_none());
+    // Every answer is counted by its status: one 403, four 401s.
+    let metrics = gko.metrics.render();
+    let count = |status: &str| {
+        metrics.lines().find_map(|l| {
+            l.strip_prefix(&format!(
+                "gluesync_operator_conductor_requests_total{{status=\"{status}\"}} "
+            ))?
+            .trim()
+            .parse::<f64>()
+            .ok()
+        })
+    };
+    assert_eq!(count("403"), Some(1.0), "{metrics}");
+    assert_eq!(count("401"), Some(4.0), "{metrics}");
     Ok(())
 }
 

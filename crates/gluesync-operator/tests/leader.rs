@@ -61,6 +61,9 @@ async fn only_the_lease_holder_acts_and_a_killed_holder_hands_over() -> anyhow::
         assert!(a.metric(metric).await? > 0.0, "{metric} of the holder");
         assert_eq!(b.metric(metric).await?, 0.0, "{metric} of the other");
     }
+    // `leader` says who holds the Lease.
+    assert_eq!(a.metric("gluesync_operator_leader").await?, 1.0);
+    assert_eq!(b.metric("gluesync_operator_leader").await?, 0.0);
 
     // The holder is killed mid-update: the other takes the Lease once it runs out, and finishes.
     sim.update_faults(|f| f.maintenance_delay_ms = 2000);
@@ -78,6 +81,7 @@ async fn only_the_lease_holder_acts_and_a_killed_holder_hands_over() -> anyhow::
     assert_eq!(status.history.len(), 2, "one history entry per update");
     assert_eq!(lease_holder(&ns)?, "gko-b");
     assert!(b.metric("gluesync_operator_status_writes_total").await? > 0.0);
+    assert_eq!(b.metric("gluesync_operator_leader").await?, 1.0);
     assert!(
         sim.calls().by_agent.keys().any(|k| k.contains("(gko-b)")),
         "the new holder called Core Hub"

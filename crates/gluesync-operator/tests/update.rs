@@ -277,7 +277,7 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
     let ns = namespace("crash").await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
-    let _gko = Operator::start(&ns);
+    let gko = Operator::start(&ns);
     wait_settled(&ns).await?;
 
     patch_spec(&ns, json!({"version": "2.3.2.2-crash"})).await?;
@@ -320,6 +320,46 @@ async fn a_crashing_core_hub_is_rolled_back() -> anyhow::Result<()> {
             "PipelinesResumed",
             "UpdateFailed"
         ]
+    );
+    // The state gauges an alert reads: phase Failed, Stalled, nothing paused, no update running, and the
+    // update counted by its result.
+    let metrics = gko.metrics.render();
+    let value = |name: &str| {
+        metrics.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    assert_eq!(
+        value("gluesync_operator_phase{value=\"Failed\"}"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        value("gluesync_operator_phase{value=\"Current\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        value("gluesync_operator_condition{value=\"Stalled\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        value("gluesync_operator_condition{value=\"Ready\"}"),
+        Some(0.0)
+    );
+    assert_eq!(value("gluesync_operator_paused_pipelines"), Some(0.0));
+    assert_eq!(value("gluesync_operator_update_running"), Some(0.0));
+    assert_eq!(
+        value("gluesync_operator_updates_total{result=\"Failed\"}"),
+        Some(1.0)
+    );
+    assert!(
+        value("gluesync_operator_catalog_last_success_timestamp_seconds")
+            .is_some_and(|t| t > 1.7e9),
+        "{metrics}"
     );
     // Core Hub runs again on its previous version, ready.
     wait_for_platform(&ns, "Core Hub ready on 2.3.2.1", |g| {

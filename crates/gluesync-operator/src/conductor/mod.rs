@@ -1357,8 +1357,25 @@ fn router_for(api: Api) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(api.clone(), authenticated))
         .layer(middleware::from_fn(timely))
-        .layer(middleware::from_fn_with_state(api, unless_self_updating))
+        .layer(middleware::from_fn_with_state(
+            api.clone(),
+            unless_self_updating,
+        ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(api, counted))
+}
+
+/// Counts every answer by its HTTP status (`gluesync_operator_conductor_requests_total`).
+async fn counted(State(api): State<Api>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    api.view
+        .metrics
+        .conductor_requests
+        .get_or_create(&crate::metrics::StatusLabel {
+            status: resp.status().as_u16().to_string(),
+        })
+        .inc();
+    resp
 }
 
 /// Where the Conductor API's certificate and key are (PEM files, as a mounted Secret of type
