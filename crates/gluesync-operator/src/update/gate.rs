@@ -3,9 +3,9 @@
 //! Both are gates before the first change (the drain, or the modules when Core Hub stays); nothing is
 //! paused or changed while an update waits at one. Without `approval: manual`, an update asked for outside
 //! every window does not start at all (the phase stays, `Reconciling` says `WaitingForMaintenanceWindow`,
-//! `status.nextWindow` says when). Under `approval: manual` it starts, runs Preflight and Snapshot, and
-//! waits in the step `Waiting`: first for its approval, then for a window in which it fits. A window never
-//! interrupts an update that runs.
+//! `status.nextWindow` says when). Under `approval: manual` it starts, runs Preflight, Snapshot (and
+//! PrePull), and waits in the step `Waiting`: first for its approval, then for a window in which it fits.
+//! A window never interrupts an update that runs.
 
 use jiff::{Timestamp, Zoned, tz::TimeZone};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
