@@ -491,7 +491,10 @@ async fn in_a_terminal_status_w_redraws_one_line() -> anyhow::Result<()> {
         Duration::from_secs(30),
         || async {
             let pane = capture(&session);
-            Ok(pane.contains("step 4/9 Drain").then_some(pane))
+            // The drain's first frame may come before its requests: wait for the one that counts them.
+            Ok((pane.contains("step 4/9 Drain")
+                && pane.contains("pipelines asked into maintenance 20 of 20"))
+            .then_some(pane))
         },
     )
     .await?;
