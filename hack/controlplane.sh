@@ -112,64 +112,48 @@ build() {
   log "built in $((SECONDS - start)) s"
 }
 
-build_kstatus() {
-  local exe; exe=$(kstatus_bin)
+# Builds the binary `exe` into a folder of its own (named by its key) unless it is there: `label` for the
+# log, then `command...` with the folder to build into as its last argument.
+build_cached() { # exe label command...
+  local exe=$1 label=$2; shift 2
   if [ -x "$exe" ]; then
-    log "kstatus cached in $exe"
+    log "$label cached in $exe"
     return
   fi
-  command -v go >/dev/null || die "the Go toolchain is needed to build kstatus"
+  command -v go >/dev/null || die "the Go toolchain is needed to build $label"
   local bin; bin=$(dirname "$exe")
   local tmp="$bin.tmp.$$"
   rm -rf "$tmp"; mkdir -p "$tmp"
-  log "building kstatus into $bin"
+  log "building $label into $bin"
   local start=$SECONDS
-  (cd "$kstatus_src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/kstatus" .)
+  "$@" "$tmp"
   rm -rf "$bin"; mv "$tmp" "$bin"
-  log "kstatus built in $((SECONDS - start)) s"
+  log "$label built in $((SECONDS - start)) s"
 }
 
-build_pullsim() {
-  local exe; exe=$(pullsim_bin)
-  if [ -x "$exe" ]; then
-    return
-  fi
-  command -v go >/dev/null || die "the Go toolchain is needed to build pullsim"
-  local bin; bin=$(dirname "$exe")
-  local tmp="$bin.tmp.$$"
-  rm -rf "$tmp"; mkdir -p "$tmp"
-  log "building pullsim into $bin"
-  local start=$SECONDS
-  (cd "$pullsim_src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/pullsim" .)
-  rm -rf "$bin"; mv "$tmp" "$bin"
-  log "pullsim built in $((SECONDS - start)) s"
+# A small Go command of this repository (its own module): `go_command src name out`.
+go_command() {
+  (cd "$1" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$3/$2" .)
 }
 
+build_kstatus() { build_cached "$(kstatus_bin)" kstatus go_command "$kstatus_src" kstatus; }
+build_pullsim() { build_cached "$(pullsim_bin)" pullsim go_command "$pullsim_src" pullsim; }
+
+helm_command() {
+  GOBIN="$1" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags="$helm_ldflags" "helm.sh/helm/v3/cmd/helm@$helm_version"
+}
+apiserver_command() {
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags="$apiserver_ldflags" -o "$1/" k8s.io/kubernetes/cmd/kube-apiserver)
+}
+
+# helm and kube-apiserver with their versions stamped in, linked into the control plane's folder.
 build_helm() {
-  local exe; exe=$(helm_bin)
-  if [ ! -x "$exe" ]; then
-    command -v go >/dev/null || die "the Go toolchain is needed to build helm"
-    local bin; bin=$(dirname "$exe")
-    local tmp="$bin.tmp.$$"
-    rm -rf "$tmp"; mkdir -p "$tmp"
-    log "building helm $helm_version into $bin"
-    GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags="$helm_ldflags" "helm.sh/helm/v3/cmd/helm@$helm_version"
-    rm -rf "$bin"; mv "$tmp" "$bin"
-  fi
-  ln -sfn "$exe" "$(bin_dir)/helm"
+  build_cached "$(helm_bin)" "helm $helm_version" helm_command
+  ln -sfn "$(helm_bin)" "$(bin_dir)/helm"
 }
-
 build_apiserver() {
-  local exe; exe=$(apiserver_bin)
-  if [ ! -x "$exe" ]; then
-    local bin; bin=$(dirname "$exe")
-    local tmp="$bin.tmp.$$"
-    rm -rf "$tmp"; mkdir -p "$tmp"
-    log "building kube-apiserver v$k8s_version (version stamped) into $bin"
-    (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags="$apiserver_ldflags" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver)
-    rm -rf "$bin"; mv "$tmp" "$bin"
-  fi
-  ln -sfn "$exe" "$(bin_dir)/kube-apiserver"
+  build_cached "$(apiserver_bin)" "kube-apiserver v$k8s_version (version stamped)" apiserver_command
+  ln -sfn "$(apiserver_bin)" "$(bin_dir)/kube-apiserver"
 }
 
 start_pullsim() {

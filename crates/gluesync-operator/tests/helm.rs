@@ -43,6 +43,26 @@ fn helm(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// A server-side dry run of `rendered` in the test's namespace: whether the API server accepts it, and
+/// what kubectl said.
+fn dry_run(ns: &TestNamespace, rendered: &str) -> anyhow::Result<(bool, String)> {
+    ns.kubectl_status(
+        &["apply", "--dry-run=server", "--server-side", "-f", "-"],
+        Some(rendered),
+    )
+}
+
+/// What helm says when it refuses to render `chart` with these `--set` values (a panic when it renders).
+fn refusal(ns: &TestNamespace, chart: &str, sets: &[&str]) -> String {
+    let mut args = vec!["template", "gluesync", chart];
+    for v in sets {
+        args.extend(["--set", v]);
+    }
+    helm(ns, &args)
+        .expect_err("helm should refuse these values")
+        .to_string()
+}
+
 /// The kit's dependency on the GKO chart, packaged once per test run (`helm dependency build`).
 fn kit() -> anyhow::Result<String> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
@@ -288,40 +308,17 @@ async fn the_charts_lint_and_render_what_the_api_server_accepts() -> anyhow::Res
         }
         let rendered = helm(&ns, &args)?;
         assert!(rendered.contains("kind: GluesyncPlatform"), "{rendered}");
-        let (ok, out) = ns.kubectl_status(
-            &["apply", "--dry-run=server", "--server-side", "-f", "-"],
-            Some(&rendered),
-        )?;
+        let (ok, out) = dry_run(&ns, &rendered)?;
         assert!(ok, "the API server refuses what {chart} renders: {out}");
     }
     // Wrong values are refused with a message that says what is wrong.
-    let refused = helm(
-        &ns,
-        &[
-            "template",
-            "gluesync",
-            &operator,
-            "--set",
-            "platform.version=2.3.x",
-        ],
-    )
-    .unwrap_err()
-    .to_string();
+    let refused = refusal(&ns, &operator, &["platform.version=2.3.x"]);
     assert!(refused.contains("/platform/version"), "{refused}");
-    let refused = helm(
+    let refused = refusal(
         &ns,
-        &[
-            "template",
-            "gluesync",
-            &operator,
-            "--set",
-            "platform.version=2.3.2.1",
-            "--set",
-            "platform.updatePolicy=git",
-        ],
-    )
-    .unwrap_err()
-    .to_string();
+        &operator,
+        &["platform.version=2.3.2.1", "platform.updatePolicy=git"],
+    );
     assert!(refused.contains("'ui', 'gitops'"), "{refused}");
     let refused = helm(&ns, &["template", "gluesync", &operator])
         .unwrap_err()
@@ -1289,10 +1286,7 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
             .split("\n---")
             .filter(|d| !d.contains("apiVersion: monitoring.coreos.com/"))
             .collect();
-        let (ok, out) = ns.kubectl_status(
-            &["apply", "--dry-run=server", "--server-side", "-f", "-"],
-            Some(&docs.join("\n---")),
-        )?;
+        let (ok, out) = dry_run(&ns, &docs.join("\n---"))?;
         assert!(
             ok,
             "{what}: the API server refuses what the chart renders: {out}"
@@ -1375,20 +1369,11 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
         );
     }
     // A replica count above 2 is allowed; a wrong digest is not.
-    let refused = helm(
+    let refused = refusal(
         &ns,
-        &[
-            "template",
-            "gluesync",
-            &operator,
-            "--set",
-            "platform.version=2.3.2.1",
-            "--set",
-            "image.digest=latest",
-        ],
-    )
-    .unwrap_err()
-    .to_string();
+        &operator,
+        &["platform.version=2.3.2.1", "image.digest=latest"],
+    );
     assert!(refused.contains("/image/digest"), "{refused}");
     Ok(())
 }

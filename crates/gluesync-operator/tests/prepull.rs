@@ -24,6 +24,25 @@ async fn pre_pull_pods(ns: &TestNamespace) -> anyhow::Result<Vec<Pod>> {
         .items)
 }
 
+/// Waits until the pre-pull pods are made, and answers them.
+async fn pods_made(ns: &TestNamespace) -> anyhow::Result<Vec<Pod>> {
+    eventually("the pre-pull pods", Duration::from_secs(30), || async {
+        let pods = pre_pull_pods(ns).await?;
+        Ok((!pods.is_empty()).then_some(pods))
+    })
+    .await
+}
+
+/// Waits until the pre-pull pods are gone.
+async fn pods_go(ns: &TestNamespace) -> anyhow::Result<()> {
+    eventually(
+        "the pre-pull pods to go",
+        Duration::from_secs(30),
+        || async { Ok(pre_pull_pods(ns).await?.is_empty().then_some(())) },
+    )
+    .await
+}
+
 /// A Core Hub version whose images no node has pulled yet.
 fn slow_version(ns: &TestNamespace) -> String {
     format!("2.3.2.2-{}-slow-pull", ns.name)
@@ -50,12 +69,9 @@ async fn a_slow_image_is_pulled_before_the_drain_and_the_pause_does_not_wait_for
     patch_spec(&ns, json!({"version": version})).await?;
 
     wait_for_step(&ns, UpdateStep::PrePull).await?;
-    let pods = eventually("the pre-pull pods", Duration::from_secs(30), || async {
-        let pods = pre_pull_pods(&ns).await?;
-        Ok((!pods.is_empty()).then_some(pods))
-    })
-    .await?;
-    // One pod per new image (this install has no agent: Core Hub's), on the node Core Hub's pod runs on, made to pull
+    let pods = pods_made(&ns).await?;
+    // One pod per new image (this install has no agent: Core Hub's), on the node Core Hub's pod runs
+    // on, made to pull
     // and exit: no token, the command `true`, owned by the GluesyncPlatform.
     let images: BTreeSet<String> = pods
         .iter()
@@ -111,12 +127,7 @@ async fn a_slow_image_is_pulled_before_the_drain_and_the_pause_does_not_wait_for
     let at = |r: &str| reasons.iter().position(|x| x == r).unwrap();
     assert!(at("ImagesPrePulled") < at("PipelinesPaused"), "{reasons:?}");
     // The pods go once the step ends.
-    eventually(
-        "the pre-pull pods to go",
-        Duration::from_secs(30),
-        || async { Ok(pre_pull_pods(&ns).await?.is_empty().then_some(())) },
-    )
-    .await?;
+    pods_go(&ns).await?;
     Ok(())
 }
 
@@ -164,12 +175,7 @@ async fn an_image_that_cannot_be_pulled_refuses_the_update_with_nothing_paused()
     assert_ne!(status.phase, Some(Phase::Failed));
     let reasons = event_reasons_through(&ns, "UpdateRefused").await?;
     assert_eq!(reasons, ["UpdateStarted", "UpdateRefused"]);
-    eventually(
-        "the pre-pull pods to go",
-        Duration::from_secs(30),
-        || async { Ok(pre_pull_pods(&ns).await?.is_empty().then_some(())) },
-    )
-    .await?;
+    pods_go(&ns).await?;
     Ok(())
 }
 
@@ -187,11 +193,7 @@ async fn a_gko_killed_mid_pull_leaves_the_next_one_to_finish_with_the_same_pods(
     let uids = |pods: Vec<Pod>| -> BTreeSet<String> {
         pods.into_iter().filter_map(|p| p.metadata.uid).collect()
     };
-    let made = eventually("the pre-pull pods", Duration::from_secs(30), || async {
-        let pods = pre_pull_pods(&ns).await?;
-        Ok((!pods.is_empty()).then_some(pods))
-    })
-    .await?;
+    let made = pods_made(&ns).await?;
     let made = uids(made);
     // Killed in the middle of the pull (it takes 20 s).
     gko.kill()?;
@@ -222,11 +224,6 @@ async fn a_gko_killed_mid_pull_leaves_the_next_one_to_finish_with_the_same_pods(
     );
     assert_eq!(sim.calls().enter.len(), 20);
     assert_eq!(sim.in_maintenance(), ["kept-in-maintenance-00020"]);
-    eventually(
-        "the pre-pull pods to go",
-        Duration::from_secs(30),
-        || async { Ok(pre_pull_pods(&ns).await?.is_empty().then_some(())) },
-    )
-    .await?;
+    pods_go(&ns).await?;
     Ok(())
 }

@@ -98,7 +98,7 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
     Some(d)
 }
 
-fn refuse(
+pub(super) fn refuse(
     gsp: &GluesyncPlatform,
     u: &mut UpdateStatus,
     d: &mut Decision,

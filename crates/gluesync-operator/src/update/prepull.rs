@@ -23,12 +23,9 @@ use k8s_openapi::{
 };
 use kube::{Resource, ResourceExt};
 
-use super::{Action, Decision, Observed, move_to, settle_outcome};
+use super::{Action, Decision, Observed, move_to};
 use crate::{
-    api::{
-        GluesyncPlatform, PRE_PULL_LABEL, Reason, UpdateResult, UpdateStatus, UpdateStep,
-        ids::digest,
-    },
+    api::{GluesyncPlatform, PRE_PULL_LABEL, Reason, UpdateStatus, UpdateStep, ids::digest},
     update::observed::{PrePullPod, PullState, Workload},
 };
 
@@ -104,11 +101,16 @@ pub(super) fn after_snapshot(
     if pulls.is_empty() {
         return super::gate::after_snapshot(gsp, u, next, now, d);
     }
-    d.status.message = Some(format!(
-        "pulling the new images on the nodes before any pipeline is paused: {}",
-        describe(&pulls)
-    ));
+    d.status.message = Some(pulling(&pulls));
     move_to(gsp, u, UpdateStep::PrePull, now, d);
+}
+
+/// The status message while `pulls` are under way.
+fn pulling(pulls: &[Pull]) -> String {
+    format!(
+        "pulling the new images on the nodes before any pipeline is paused: {}",
+        describe(pulls)
+    )
 }
 
 /// "image on node, ..." for a message.
@@ -210,13 +212,11 @@ pub(super) fn pre_pull(
             ),
         );
     }
-    d.status.message = Some(format!(
-        "pulling the new images on the nodes before any pipeline is paused: {}",
-        describe(&pending)
-    ));
+    d.status.message = Some(pulling(&pending));
     d.requeue_at(&deadline, now);
 }
 
+/// Refuses the update from PrePull: nothing was paused or changed yet.
 fn refuse(
     gsp: &GluesyncPlatform,
     u: &mut UpdateStatus,
@@ -224,10 +224,13 @@ fn refuse(
     now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     why: String,
 ) {
-    let why = format!("{why}; nothing was paused or changed");
-    settle_outcome(u, UpdateResult::Refused, why.clone());
-    d.status.message = Some(why);
-    move_to(gsp, u, UpdateStep::Finish, now, d);
+    super::plan::refuse(
+        gsp,
+        u,
+        d,
+        now,
+        format!("{why}; nothing was paused or changed"),
+    );
 }
 
 /// Outside the step `PrePull`, this platform's pre-pull pods are deleted (a GKO that stopped between
@@ -247,15 +250,10 @@ pub(super) fn clean(gsp: &GluesyncPlatform, obs: &Observed, in_step: bool, d: &m
 pub fn pod(gsp: &GluesyncPlatform, pull: &Pull, workloads: &[Workload]) -> Pod {
     let w = workloads.iter().find(|w| w.name == pull.workload);
     let template = w.and_then(|w| w.template.spec.as_ref());
-    let policy = w.and_then(|w| {
-        let spec = w.template.spec.as_ref()?;
-        let name = w.container.as_ref()?;
-        spec.containers
-            .iter()
-            .find(|c| &c.name == name)?
-            .image_pull_policy
-            .clone()
-    });
+    let policy = w
+        .and_then(|w| w.container.as_ref())
+        .and_then(|name| template?.containers.iter().find(|c| &c.name == name))
+        .and_then(|c| c.image_pull_policy.clone());
     let quantity = |s: &str| Quantity(s.to_string());
     let resources = |cpu: &str, memory: &str| {
         BTreeMap::from([
