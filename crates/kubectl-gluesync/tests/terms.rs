@@ -190,6 +190,14 @@ async fn a_closed_window_holds_the_update_until_it_opens_and_its_closing_does_no
             .unwrap();
     }
     let start = opens.strftime("%H:%M").to_string();
+    // The catalog's answer first (it knows 2.3.2.2), so that the phase before the update is the one
+    // after the first catalog read and not the one before it.
+    wait_for_platform(&ns, "the catalog's newer Core Hub", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
     patch_spec(
         &ns,
         json!({"version": "2.3.2.2", "maintenanceWindows": [{"start": start, "durationMinutes": 1}]}),
@@ -201,7 +209,11 @@ async fn a_closed_window_holds_the_update_until_it_opens_and_its_closing_does_no
     .await?;
     let s = g.status.clone().unwrap();
     assert!(s.update.is_none(), "no update starts outside the window");
-    assert_eq!(s.phase, Some(Phase::UpdateAvailable), "the phase stays");
+    assert_eq!(
+        s.phase,
+        Some(Phase::UpdateAvailable),
+        "the phase stays what it was"
+    );
     assert_eq!(s.next_window.as_ref().map(|t| t.0), Some(opens));
     assert!(
         event_reasons(&ns)
