@@ -20,6 +20,10 @@
 #                                 | kstatus`); its cache folder has a key of its own (hack/kstatus and the
 #                                 Go version), so changing it never rebuilds the control plane; and
 #                                 pullsim (hack/pullsim), the simulated node's image cache, the same way
+#   hack/controlplane.sh promtool print the path of Prometheus' promtool (built from its Go module, a key of
+#                                 its own), which tests the chart's alerting rules
+#   hack/controlplane.sh monitoring-crds
+#                                 print the folder of the Prometheus Operator's CRDs (its Go module)
 #
 # Settings (environment): GKO_CACHE_DIR (default ~/.cache/gluesync-operator) holds the binaries;
 # GKO_CLUSTER_DIR (default /tmp/gko-cluster) holds the running cluster's certificates, data, logs and
@@ -87,6 +91,11 @@ helm_bin() { echo "$cache_dir/helm/$(helm_key)/bin/helm"; }
 
 kstatus_bin() { echo "$cache_dir/kstatus/$(kstatus_key)/bin/kstatus"; }
 
+# Prometheus' promtool (`promtool test rules`), for the tests of the chart's alerts: its own key.
+promtool_version=v0.316.0
+promtool_key() { { echo "promtool $promtool_version"; go env GOVERSION; } | sha256sum | cut -c1-16; }
+promtool_bin() { echo "$cache_dir/promtool/$(promtool_key)/bin/promtool"; }
+
 build() {
   local bin; bin=$(bin_dir)
   if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/helm" ]; then
@@ -138,6 +147,22 @@ go_command() {
 
 build_kstatus() { build_cached "$(kstatus_bin)" kstatus go_command "$kstatus_src" kstatus; }
 build_pullsim() { build_cached "$(pullsim_bin)" pullsim go_command "$pullsim_src" pullsim; }
+promtool_command() {
+  GOBIN="$1" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags='-s -w' \
+    "github.com/prometheus/prometheus/cmd/promtool@$promtool_version"
+}
+build_promtool() { build_cached "$(promtool_bin)" "promtool $promtool_version" promtool_command; }
+
+# The Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule...), from its Go module in the
+# Go module cache, for the server-side dry runs of the chart's monitoring objects: prints their folder.
+monitoring_crds_version=v0.85.0
+monitoring_crds() {
+  local dir
+  dir=$(cd / && GOFLAGS=-mod=mod go mod download -json "github.com/prometheus-operator/prometheus-operator@$monitoring_crds_version" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$dir/example/prometheus-operator-crd" ] || die "no Prometheus Operator CRDs in ${dir:-the Go module cache}"
+  echo "$dir/example/prometheus-operator-crd"
+}
 
 helm_command() {
   GOBIN="$1" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags="$helm_ldflags" "helm.sh/helm/v3/cmd/helm@$helm_version"
@@ -384,7 +409,7 @@ down() {
 }
 
 case "${1:-}" in
-  build) build; build_apiserver; build_helm; build_kstatus; build_pullsim ;;
+  build) build; build_apiserver; build_helm; build_kstatus; build_pullsim; build_promtool; monitoring_crds >/dev/null ;;
   up) up ;;
   down) down ;;
   restart) restart "${2:-}" ;;
@@ -392,5 +417,7 @@ case "${1:-}" in
   env) printf 'export KUBECONFIG=%q\nexport PATH=%q:"$PATH"\n' "$cluster_dir/kubeconfig" "$(bin_dir)" ;;
   bin) bin_dir ;;
   kstatus) kstatus_bin ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  promtool) promtool_bin ;;
+  monitoring-crds) monitoring_crds ;;
+  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

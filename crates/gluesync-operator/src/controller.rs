@@ -177,7 +177,7 @@ pub async fn reconcile(
             if moves_on || holds {
                 ctx.clock
                     .observe(view, &uid, gsp.status.as_ref(), &decision.status);
-                view.metrics.platform(&decision.status);
+                view.metrics.platform(&gsp, &decision.status);
                 ctx.corehub.want(&gsp, decision.corehub);
                 ctx.catalog.want(&gsp, decision.catalog);
                 unwritten.events.append(&mut decision.events);

@@ -98,6 +98,9 @@ pub struct Metrics {
     pub update_running: Gauge,
     /// When the version catalog last answered (Unix seconds; 0: not since the status began).
     pub catalog_last_success: Gauge,
+    /// Since when the version catalog has not answered (Unix seconds): its last answer, or the
+    /// GluesyncPlatform's creation when it never answered; 0 while it answers, or offline.
+    pub catalog_unanswered_since: Gauge,
     /// The last own update's result (OK, ROLLED_BACK, ERROR, SKIPPED, SCHEDULED): 1 for it, 0 for the
     /// others seen.
     pub self_update_result: Family<ValueLabel, Gauge>,
@@ -219,6 +222,12 @@ impl Default for Metrics {
             "When the version catalog last answered (Unix seconds)",
             Gauge::default(),
         );
+        let catalog_unanswered_since = registered(
+            &mut registry,
+            "catalog_unanswered_since_timestamp_seconds",
+            "Since when the version catalog has not answered (Unix seconds; 0 while it answers)",
+            Gauge::default(),
+        );
         let self_update_result = registered(
             &mut registry,
             "self_update_result",
@@ -244,6 +253,7 @@ impl Default for Metrics {
             paused_pipelines,
             update_running,
             catalog_last_success,
+            catalog_unanswered_since,
             self_update_result,
             leader,
             conductor_requests,
@@ -267,8 +277,13 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The state gauges, from the status just written (or found as the decision wants it).
-    pub fn platform(&self, status: &crate::api::GluesyncPlatformStatus) {
+    /// The state gauges of `gsp`, from the status just written (or found as the decision wants it).
+    pub fn platform(
+        &self,
+        gsp: &crate::api::GluesyncPlatform,
+        status: &crate::api::GluesyncPlatformStatus,
+    ) {
+        let created = gsp.metadata.creation_timestamp.as_ref().map(|t| t.0);
         // One gauge per value GKO may report, 1 for the current one (none: all 0).
         let one_of = |family: &Family<ValueLabel, Gauge>, all: &[&str], current: Option<&str>| {
             for v in all {
@@ -309,6 +324,14 @@ impl Metrics {
                 .and_then(|c| c.last_checked_at.as_ref())
                 .map_or(0, |t| t.0.as_second()),
         );
+        // The last check failed: since the last answer, or since the resource exists if none came.
+        let unanswered = status
+            .catalog
+            .as_ref()
+            .filter(|c| c.error.is_some())
+            .and_then(|c| c.last_checked_at.as_ref().map(|t| t.0).or(created));
+        self.catalog_unanswered_since
+            .set(unanswered.map_or(0, |t| t.as_second()));
         // GKO's own entry in the last update's results (GKO's Deployment is the `operator` component).
         let gko = status
             .components
@@ -441,6 +464,49 @@ const METRICS_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 
 #[cfg(test)]
 mod tests {
+    /// Since when the catalog has not answered: 0 while it answers (or offline), its last answer once
+    /// it fails, the resource's creation when it never answered.
+    #[test]
+    fn the_catalog_is_unanswered_since_its_last_answer_or_the_resource_creation() {
+        use crate::api::{CatalogStatus, GluesyncPlatform, GluesyncPlatformStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |s: i64| Time(jiff::Timestamp::from_second(s).unwrap());
+        let mut gsp = GluesyncPlatform::new(
+            "gluesync",
+            serde_json::from_value(serde_json::json!({"version": "2.3.2.1"})).unwrap(),
+        );
+        gsp.metadata.creation_timestamp = Some(at(1_000));
+        let m = super::Metrics::default();
+        let with = |catalog: Option<CatalogStatus>| GluesyncPlatformStatus {
+            catalog,
+            ..Default::default()
+        };
+        let answered = CatalogStatus {
+            last_attempt_at: Some(at(5_000)),
+            last_checked_at: Some(at(5_000)),
+            ..Default::default()
+        };
+        m.platform(&gsp, &with(Some(answered.clone())));
+        assert_eq!(m.catalog_unanswered_since.get(), 0);
+        assert_eq!(m.catalog_last_success.get(), 5_000);
+        let failing = CatalogStatus {
+            last_attempt_at: Some(at(9_000)),
+            error: Some("connection refused".into()),
+            ..answered
+        };
+        m.platform(&gsp, &with(Some(failing.clone())));
+        assert_eq!(m.catalog_unanswered_since.get(), 5_000);
+        let never = CatalogStatus {
+            last_checked_at: None,
+            ..failing
+        };
+        m.platform(&gsp, &with(Some(never)));
+        assert_eq!(m.catalog_unanswered_since.get(), 1_000);
+        // Offline: no catalog status at all.
+        m.platform(&gsp, &with(None));
+        assert_eq!(m.catalog_unanswered_since.get(), 0);
+    }
+
     /// Every metric GKO exports is in docs/monitoring.md's table.
     #[test]
     fn every_metric_is_documented() {
@@ -448,7 +514,13 @@ mod tests {
         use super::*;
         let m = Metrics::default();
         // A family shows once it has a child: one of each.
-        m.platform(&Default::default());
+        m.platform(
+            &crate::api::GluesyncPlatform::new(
+                "gluesync",
+                serde_json::from_value(serde_json::json!({"version": "2.3.2.1"})).unwrap(),
+            ),
+            &Default::default(),
+        );
         let verb = VerbLabel { verb: "get".into() };
         m.kubernetes_requests.get_or_create(&verb).inc();
         m.kubernetes_request_bytes.get_or_create(&verb).inc();

@@ -52,6 +52,46 @@ fn dry_run(ns: &TestNamespace, rendered: &str) -> anyhow::Result<(bool, String)>
     )
 }
 
+/// The Prometheus Operator's CRDs of the kinds the chart renders (ServiceMonitor, PodMonitor,
+/// PrometheusRule), applied to the control plane once, so that a server-side dry run checks those objects
+/// against their real schemas.
+fn monitoring_crds(ns: &TestNamespace) -> anyhow::Result<()> {
+    static APPLIED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut applied = APPLIED.lock().unwrap();
+    if *applied {
+        return Ok(());
+    }
+    let script = gko_test_support::repo_root().join("hack/controlplane.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("monitoring-crds")
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "hack/controlplane.sh monitoring-crds: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    for plural in ["servicemonitors", "podmonitors", "prometheusrules"] {
+        let file = dir.join(format!("monitoring.coreos.com_{plural}.yaml"));
+        ns.kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &file.display().to_string(),
+        ])?;
+        ns.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            &format!("crd/{plural}.monitoring.coreos.com"),
+        ])?;
+    }
+    *applied = true;
+    Ok(())
+}
+
 /// What helm says when it refuses to render `chart` with these `--set` values (a panic when it renders).
 fn refusal(ns: &TestNamespace, chart: &str, sets: &[&str]) -> String {
     let mut args = vec!["template", "gluesync", chart];
@@ -1216,11 +1256,12 @@ async fn helm_upgrade_keeps_the_pair_the_ui_set_and_gitops_takes_the_values() ->
 
 /// Every value set a platform team uses renders what the API server accepts (a server-side dry run in the
 /// test's namespace), and each option renders what it says: the defaults, every option on, gitops,
-/// self-update off, disaster recovery on. (The Prometheus Operator's kinds are checked as rendered: the
-/// local control plane has no monitoring.coreos.com definitions.)
+/// self-update off, disaster recovery on. The Prometheus Operator's kinds (ServiceMonitor, PrometheusRule)
+/// are dry-run against that operator's own CRDs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result<()> {
     let ns = namespace("helm-values").await?;
+    monitoring_crds(&ns)?;
     let operator = charts().join("gluesync-operator").display().to_string();
     let digest = format!("sha256:{}", "a".repeat(64));
     let all_on: Vec<String> = [
@@ -1236,6 +1277,10 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
         "livenessProbe.timeoutSeconds=3",
         "prometheus.servicemonitor.enabled=true",
         "prometheus.servicemonitor.labels.release=kube-prometheus",
+        "prometheus.rules.enabled=true",
+        "prometheus.rules.labels.release=kube-prometheus",
+        "grafana.dashboard.enabled=true",
+        "grafana.dashboard.annotations.grafana_folder=Gluesync",
         "networkPolicy.enabled=true",
         "networkPolicy.ingressFrom[0].namespaceSelector.matchLabels.team=platform",
         "serviceAccount.name=gko",
@@ -1256,9 +1301,13 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
     .map(String::from)
     .chain([format!("image.digest={digest}")])
     .collect();
-    let sets: [(&str, Vec<String>); 5] = [
+    let sets: [(&str, Vec<String>); 6] = [
         ("defaults", vec![]),
         ("every option on", all_on),
+        (
+            "a PodMonitor",
+            vec!["prometheus.podmonitor.enabled=true".into()],
+        ),
         ("gitops", vec!["platform.updatePolicy=gitops".into()]),
         ("self-update off", vec!["selfUpdate.enabled=false".into()]),
         (
@@ -1282,11 +1331,7 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let rendered = helm(&ns, &args)?;
-        let docs: Vec<&str> = rendered
-            .split("\n---")
-            .filter(|d| !d.contains("apiVersion: monitoring.coreos.com/"))
-            .collect();
-        let (ok, out) = dry_run(&ns, &docs.join("\n---"))?;
+        let (ok, out) = dry_run(&ns, &rendered)?;
         assert!(
             ok,
             "{what}: the API server refuses what the chart renders: {out}"
@@ -1336,6 +1381,14 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
     );
     let binding = object(&objects, "RoleBinding", GKO).unwrap();
     assert_eq!(binding["subjects"][0]["name"], "gko");
+    let rule = object(&objects, "PrometheusRule", GKO).unwrap();
+    assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus");
+    let dashboard = object(&objects, "ConfigMap", &format!("{GKO}-dashboard")).unwrap();
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        dashboard["metadata"]["annotations"]["grafana_folder"],
+        "Gluesync"
+    );
     let monitor = object(&objects, "ServiceMonitor", GKO).unwrap();
     assert_eq!(monitor["metadata"]["labels"]["release"], "kube-prometheus");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
@@ -1360,6 +1413,7 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
     for kind in [
         "ServiceMonitor",
         "PodMonitor",
+        "PrometheusRule",
         "PodDisruptionBudget",
         "NetworkPolicy",
     ] {

@@ -122,7 +122,7 @@ pub async fn commit(
     lists.remember(&uid, &split.status.spilled_lists, &mut status);
     drop(split);
     clock.observe(view, &uid, gsp.status.as_ref(), &status);
-    view.metrics.platform(&status);
+    view.metrics.platform(&gsp, &status);
     info!(
         phase = status.phase.map(|p| p.as_str()).unwrap_or(""),
         step = status

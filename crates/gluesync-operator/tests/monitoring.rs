@@ -1,0 +1,391 @@
+//! What the chart gives a platform team to watch GKO with: the alerts of its PrometheusRule, run through
+//! Prometheus' own `promtool test rules` (tests/monitoring/rules-test.yaml: series that fire and series
+//! that must not), each with a runbook in docs/troubleshooting.md; and the Grafana dashboard, whose every
+//! query names a metric that a running GKO serves on its /metrics.
+
+mod common;
+
+use std::{collections::BTreeSet, path::PathBuf, process::Command, time::Duration};
+
+use anyhow::{Context, bail};
+use common::*;
+use gluesync_operator::api::UpdateResult;
+use serde_json::{Value, json};
+
+const RUNBOOKS: &str = "https://docs.test/troubleshooting.md";
+
+fn chart() -> PathBuf {
+    gko_test_support::repo_root().join("charts/gluesync-operator")
+}
+
+/// The objects `helm template gluesync` renders from GKO's chart in namespace gluesync with these values.
+fn render(sets: &[&str]) -> anyhow::Result<Vec<Value>> {
+    use serde::Deserialize;
+    let mut cmd = gko_test_support::control_plane().command("helm");
+    cmd.args(["template", "gluesync"]).arg(chart()).args([
+        "--namespace",
+        "gluesync",
+        "--set",
+        "platform.version=2.3.2.1",
+    ]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        bail!("helm template: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut objects = vec![];
+    for doc in serde_yaml::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout)) {
+        let v = Value::deserialize(doc)?;
+        if !v.is_null() {
+            objects.push(v);
+        }
+    }
+    Ok(objects)
+}
+
+fn kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+/// The PrometheusRule's rules, rendered with the test's runbook address and these values.
+fn rules(sets: &[&str]) -> anyhow::Result<Vec<Value>> {
+    let base = format!("prometheus.rules.runbookBaseURL={RUNBOOKS}");
+    let mut all = vec!["prometheus.rules.enabled=true", base.as_str()];
+    all.extend(sets);
+    let objects = render(&all)?;
+    let rule = kind(&objects, "PrometheusRule");
+    anyhow::ensure!(rule.len() == 1, "one PrometheusRule, not {}", rule.len());
+    Ok(rule[0]["spec"]["groups"]
+        .as_array()
+        .context("groups")?
+        .iter()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .collect())
+}
+
+/// Prometheus' promtool, built by the control plane's script into its cache.
+fn promtool() -> anyhow::Result<PathBuf> {
+    let script = gko_test_support::repo_root().join("hack/controlplane.sh");
+    let out = Command::new("bash").arg(&script).arg("promtool").output()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    anyhow::ensure!(
+        path.is_file(),
+        "no promtool at {} (hack/controlplane.sh build builds it)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// The metric names (gluesync_operator_*) a PromQL expression reads.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("gluesync_operator_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// GitHub's anchor of a Markdown heading: lower case, spaces to dashes, other punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_alerts_fire_on_what_they_say_and_only_then() -> anyhow::Result<()> {
+    let rules = rules(&[])?;
+    let dir = std::env::temp_dir().join(format!("gko-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("rules.yaml"),
+        serde_yaml::to_string(&json!({"groups": [{"name": "gluesync-operator", "rules": rules}]}))?,
+    )?;
+    let spec = gko_test_support::repo_root()
+        .join("crates/gluesync-operator/tests/monitoring/rules-test.yaml");
+    std::fs::copy(&spec, dir.join("rules-test.yaml"))?;
+    let promtool = promtool()?;
+    for args in [
+        vec!["check", "rules", "rules.yaml"],
+        vec!["test", "rules", "rules-test.yaml"],
+    ] {
+        let out = Command::new(&promtool)
+            .args(&args)
+            .current_dir(&dir)
+            .output()?;
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    // Every alert has a case that fires and one that must not.
+    let tests: Value = serde_yaml::from_str(&std::fs::read_to_string(&spec)?)?;
+    let cases: Vec<&Value> = tests["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["alert_rule_test"].as_array().unwrap())
+        .collect();
+    let names: BTreeSet<&str> = rules.iter().filter_map(|r| r["alert"].as_str()).collect();
+    assert_eq!(names.len(), 8, "{names:?}");
+    for name in &names {
+        let of: Vec<&&Value> = cases.iter().filter(|c| c["alertname"] == *name).collect();
+        assert!(
+            of.iter()
+                .any(|c| c["exp_alerts"].as_array().is_some_and(|a| !a.is_empty())),
+            "{name}: no case where it fires"
+        );
+        assert!(
+            of.iter()
+                .any(|c| c["exp_alerts"].as_array().is_some_and(|a| a.is_empty())),
+            "{name}: no case where it stays silent"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn every_alert_has_a_runbook_and_the_values_tune_each() -> anyhow::Result<()> {
+    let docs =
+        std::fs::read_to_string(gko_test_support::repo_root().join("docs/troubleshooting.md"))?;
+    let headings: Vec<&str> = docs
+        .lines()
+        .filter_map(|l| l.strip_prefix("### ").or_else(|| l.strip_prefix("## ")))
+        .collect();
+    let monitoring =
+        std::fs::read_to_string(gko_test_support::repo_root().join("docs/monitoring.md"))?;
+    for rule in rules(&[])? {
+        let name = rule["alert"].as_str().unwrap();
+        let url = rule["annotations"]["runbook_url"].as_str().unwrap();
+        assert_eq!(url, format!("{RUNBOOKS}#{}", name.to_lowercase()));
+        // A section of its own, named as the alert.
+        assert!(
+            headings
+                .iter()
+                .any(|h| *h == name && anchor(h) == name.to_lowercase()),
+            "{name}: no section `### {name}` in docs/troubleshooting.md"
+        );
+        assert!(
+            monitoring.contains(&format!("| `{name}` |")),
+            "{name}: not in docs/monitoring.md's table of alerts"
+        );
+        assert!(!rule["annotations"]["summary"].as_str().unwrap().is_empty());
+        assert!(rule["labels"]["severity"].is_string(), "{name}");
+        // Each reads the Lease holder's gauges, of this install's namespace only.
+        let expr = rule["expr"].as_str().unwrap();
+        assert!(
+            expr.contains(r#"namespace="gluesync""#),
+            "{name}: {expr} reads every install's series"
+        );
+    }
+    // The defaults point at the docs of this release.
+    let objects = render(&["prometheus.rules.enabled=true"])?;
+    let url = kind(&objects, "PrometheusRule")[0]["spec"]["groups"][0]["rules"][0]["annotations"]
+        ["runbook_url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        url.contains(&format!("/v{version}/docs/troubleshooting.md#")),
+        "{url}"
+    );
+    // Off by default; an alert turned off, retuned, another selector, more labels.
+    assert!(kind(&render(&[])?, "PrometheusRule").is_empty());
+    let tuned = rules(&[
+        "prometheus.rules.alerts.GluesyncStalled.enabled=false",
+        "prometheus.rules.alerts.GluesyncPipelinesNotResumed.for=5m",
+        "prometheus.rules.alerts.GluesyncPipelinesNotResumed.severity=page",
+        "prometheus.rules.selector=job=\"gko\"",
+        "prometheus.rules.additionalLabels.team=data",
+    ])?;
+    assert!(!tuned.iter().any(|r| r["alert"] == "GluesyncStalled"));
+    let p = tuned
+        .iter()
+        .find(|r| r["alert"] == "GluesyncPipelinesNotResumed")
+        .unwrap();
+    assert_eq!(p["for"], "5m");
+    assert_eq!(p["labels"]["severity"], "page");
+    assert_eq!(p["labels"]["team"], "data");
+    assert!(p["expr"].as_str().unwrap().contains(r#"{job="gko"}"#));
+    // A `for` of 0s renders none (Prometheus' default, at once).
+    let rolled = tuned
+        .iter()
+        .find(|r| r["alert"] == "GluesyncOperatorRolledBack")
+        .unwrap();
+    assert!(rolled.get("for").is_none());
+    Ok(())
+}
+
+/// The dashboard as the chart renders it: its ConfigMap's JSON, checked for the sidecar's label.
+fn dashboard() -> anyhow::Result<Value> {
+    let objects = render(&["grafana.dashboard.enabled=true"])?;
+    let maps: Vec<&Value> = kind(&objects, "ConfigMap")
+        .into_iter()
+        .filter(|m| m["metadata"]["name"] == "gluesync-gluesync-operator-dashboard")
+        .collect();
+    anyhow::ensure!(maps.len() == 1, "the dashboard's ConfigMap");
+    assert_eq!(maps[0]["metadata"]["labels"]["grafana_dashboard"], "1");
+    let text = maps[0]["data"]["gluesync-operator.json"]
+        .as_str()
+        .context("the dashboard's JSON")?;
+    let file = std::fs::read_to_string(chart().join("dashboards/gluesync-operator.json"))?;
+    assert_eq!(text, file, "the ConfigMap carries the file as it is");
+    Ok(serde_json::from_str(text)?)
+}
+
+/// Every panel's queries, by panel title.
+fn queries(dashboard: &Value) -> Vec<(String, String)> {
+    dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            let title = p["title"].as_str().unwrap_or_default().to_string();
+            p["targets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |t| {
+                    (
+                        title.clone(),
+                        t["expr"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn the_dashboard_shows_what_the_docs_promise() -> anyhow::Result<()> {
+    let d = dashboard()?;
+    assert_eq!(d["uid"], "gluesync-operator");
+    let panels = d["panels"].as_array().unwrap();
+    let ids: BTreeSet<i64> = panels.iter().filter_map(|p| p["id"].as_i64()).collect();
+    assert_eq!(ids.len(), panels.len(), "panel ids are unique");
+    for p in panels.iter().filter(|p| p["type"] != "row") {
+        assert_eq!(
+            p["datasource"]["uid"], "${datasource}",
+            "{}: the data source the user picks",
+            p["title"]
+        );
+        assert!(
+            !p["targets"].as_array().unwrap().is_empty(),
+            "{}",
+            p["title"]
+        );
+    }
+    let titles: Vec<&str> = panels.iter().filter_map(|p| p["title"].as_str()).collect();
+    for t in [
+        "Updates by result",
+        "Step durations (mean)",
+        "Paused pipelines",
+        "Reconciles",
+        "Core Hub call errors",
+        "Conductor API requests by status",
+    ] {
+        assert!(titles.contains(&t), "no panel {t:?}: {titles:?}");
+    }
+    for (title, expr) in queries(&d) {
+        assert!(
+            expr.contains(r#"namespace=~"$namespace""#),
+            "{title}: {expr} ignores the namespace picked"
+        );
+    }
+    // Off by default.
+    assert!(
+        !render(&[])?
+            .iter()
+            .any(|o| o["metadata"]["name"] == "gluesync-gluesync-operator-dashboard")
+    );
+    Ok(())
+}
+
+/// The metric names a /metrics text serves samples of (counters with `_total`, histograms with
+/// `_bucket`, `_sum` and `_count`).
+fn served(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_and_the_alerts_read_metrics_a_running_gko_serves() -> anyhow::Result<()> {
+    let ns = namespace("monitoring").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let gko = Gko::spawn(
+        &ns,
+        GkoOptions {
+            conductor_addr: Some(format!("127.0.0.1:{port}")),
+            ..Default::default()
+        },
+    )?;
+    wait_settled(&ns).await?;
+    // An update (steps, results, Core Hub calls) and a call of the Conductor API.
+    patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
+    let g = wait_finished_within(&ns, 1, Duration::from_secs(120)).await?;
+    assert_eq!(
+        g.status.unwrap().last_attempt.unwrap().result,
+        UpdateResult::Succeeded
+    );
+    let health = reqwest::get(format!("http://127.0.0.1:{port}/health")).await?;
+    assert!(health.status().is_success(), "{}", health.status());
+    let text = gko_test_support::eventually(
+        "the Conductor API's answer counted",
+        Duration::from_secs(10),
+        || async {
+            let text = reqwest::get(&gko.metrics_url).await?.text().await?;
+            Ok(text
+                .contains("gluesync_operator_conductor_requests_total{")
+                .then_some(text))
+        },
+    )
+    .await?;
+    let served = served(&text);
+    assert!(served.contains("gluesync_operator_leader"), "{served:?}");
+    let mut read = BTreeSet::new();
+    for (title, expr) in queries(&dashboard()?) {
+        for name in metric_names(&expr) {
+            read.insert((format!("dashboard panel {title:?}"), name));
+        }
+    }
+    for rule in rules(&[])? {
+        for name in metric_names(rule["expr"].as_str().unwrap()) {
+            read.insert((format!("alert {}", rule["alert"]), name));
+        }
+    }
+    let missing: Vec<_> = read.iter().filter(|(_, n)| !served.contains(n)).collect();
+    assert!(
+        missing.is_empty(),
+        "queries name metrics GKO does not serve: {missing:?}\nserved: {served:?}"
+    );
+    // The queries cover what they should (a check that the names were read at all).
+    assert!(read.len() >= 15, "{read:?}");
+    Ok(())
+}
