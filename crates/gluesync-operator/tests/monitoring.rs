@@ -312,6 +312,36 @@ fn the_dashboard_shows_what_the_docs_promise() -> anyhow::Result<()> {
             "{title}: {expr} ignores the namespace picked"
         );
     }
+    // Every query is PromQL that Prometheus parses: as recording rules (Grafana's variables filled in)
+    // through promtool.
+    let records: Vec<Value> = queries(&d)
+        .iter()
+        .enumerate()
+        .map(|(i, (_, expr))| {
+            let expr = expr
+                .replace("$namespace", ".*")
+                .replace("$__rate_interval", "5m");
+            json!({"record": format!("gluesync:dashboard_query_{i}"), "expr": expr})
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("gko-dashboard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("queries.yaml");
+    std::fs::write(
+        &file,
+        serde_yaml::to_string(&json!({"groups": [{"name": "dashboard", "rules": records}]}))?,
+    )?;
+    let out = Command::new(promtool()?)
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()?;
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        out.status.success(),
+        "the dashboard's queries: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Off by default.
     assert!(
         !render(&[])?
