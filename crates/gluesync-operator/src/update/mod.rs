@@ -272,6 +272,19 @@ fn enter(gsp: &GluesyncPlatform, u: &mut UpdateStatus, next: UpdateStep, now: &T
 }
 
 /// Sets the outcome the update will end with, unless one is already known.
+/// Ends the update Refused with `why` (Preflight's and the pre-pull's refusals).
+fn refuse(
+    gsp: &GluesyncPlatform,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    why: String,
+) {
+    settle_outcome(u, UpdateResult::Refused, why.clone());
+    d.status.message = Some(why);
+    move_to(gsp, u, UpdateStep::Finish, now, d);
+}
+
 fn settle_outcome(u: &mut UpdateStatus, result: UpdateResult, message: String) {
     if u.outcome.is_none() {
         u.outcome = Some(Outcome { result, message });

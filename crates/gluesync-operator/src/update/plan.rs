@@ -1,11 +1,10 @@
 //! Starting an update, Preflight (is it valid, what changes) and Snapshot (the images before).
 
-use super::{Decision, Observed, move_to, settle_outcome};
+use super::{Decision, Observed, move_to, refuse};
 use crate::{
     api::version::{ImageRef, Version},
     api::{
-        ComponentState, ComponentType, GluesyncPlatform, PlannedComponent, UpdateResult,
-        UpdateStatus, UpdateStep,
+        ComponentState, ComponentType, GluesyncPlatform, PlannedComponent, UpdateStatus, UpdateStep,
     },
     update::catalog::Check,
     update::observed::Workload,
@@ -96,18 +95,6 @@ pub(super) fn start(gsp: &GluesyncPlatform, obs: &Observed) -> Option<Decision> 
     d.again = true;
     super::mark_updating(gsp, obs, &mut d, update);
     Some(d)
-}
-
-pub(super) fn refuse(
-    gsp: &GluesyncPlatform,
-    u: &mut UpdateStatus,
-    d: &mut Decision,
-    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-    why: String,
-) {
-    settle_outcome(u, UpdateResult::Refused, why.clone());
-    d.status.message = Some(why);
-    move_to(gsp, u, UpdateStep::Finish, now, d);
 }
 
 /// The catalog check Preflight asks for: the update's channel, every managed image.

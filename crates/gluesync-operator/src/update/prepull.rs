@@ -224,7 +224,7 @@ fn refuse(
     now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     why: String,
 ) {
-    super::plan::refuse(
+    super::refuse(
         gsp,
         u,
         d,
