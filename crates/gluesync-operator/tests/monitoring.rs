@@ -78,6 +78,43 @@ fn promtool() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// A Prometheus rule file of one group.
+fn rule_file(group: &str, rules: &[Value]) -> anyhow::Result<String> {
+    Ok(serde_yaml::to_string(
+        &json!({"groups": [{"name": group, "rules": rules}]}),
+    )?)
+}
+
+/// Runs promtool with each of `runs` in a folder of its own holding `files`; panics with its output when
+/// a run fails.
+fn promtool_on(files: &[(&str, String)], runs: &[&[&str]]) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!(
+        "gko-promtool-{}-{}",
+        std::process::id(),
+        files[0].0
+    ));
+    std::fs::create_dir_all(&dir)?;
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text)?;
+    }
+    let promtool = promtool()?;
+    for args in runs {
+        let out = Command::new(&promtool)
+            .args(*args)
+            .current_dir(&dir)
+            .output()?;
+        assert!(
+            out.status.success(),
+            "promtool {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
 /// The metric names (gluesync_operator_*) a PromQL expression reads.
 fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
@@ -110,33 +147,18 @@ fn anchor(heading: &str) -> String {
 #[test]
 fn the_alerts_fire_on_what_they_say_and_only_then() -> anyhow::Result<()> {
     let rules = rules(&[])?;
-    let dir = std::env::temp_dir().join(format!("gko-rules-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(
-        dir.join("rules.yaml"),
-        serde_yaml::to_string(&json!({"groups": [{"name": "gluesync-operator", "rules": rules}]}))?,
-    )?;
     let spec = gko_test_support::repo_root()
         .join("crates/gluesync-operator/tests/monitoring/rules-test.yaml");
-    std::fs::copy(&spec, dir.join("rules-test.yaml"))?;
-    let promtool = promtool()?;
-    for args in [
-        vec!["check", "rules", "rules.yaml"],
-        vec!["test", "rules", "rules-test.yaml"],
-    ] {
-        let out = Command::new(&promtool)
-            .args(&args)
-            .current_dir(&dir)
-            .output()?;
-        assert!(
-            out.status.success(),
-            "promtool {}: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    std::fs::remove_dir_all(&dir).ok();
+    promtool_on(
+        &[
+            ("rules.yaml", rule_file("gluesync-operator", &rules)?),
+            ("rules-test.yaml", std::fs::read_to_string(&spec)?),
+        ],
+        &[
+            &["check", "rules", "rules.yaml"],
+            &["test", "rules", "rules-test.yaml"],
+        ],
+    )?;
     // Every alert has a case that fires and one that must not.
     let tests: Value = serde_yaml::from_str(&std::fs::read_to_string(&spec)?)?;
     let cases: Vec<&Value> = tests["tests"]
@@ -324,24 +346,10 @@ fn the_dashboard_shows_what_the_docs_promise() -> anyhow::Result<()> {
             json!({"record": format!("gluesync:dashboard_query_{i}"), "expr": expr})
         })
         .collect();
-    let dir = std::env::temp_dir().join(format!("gko-dashboard-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let file = dir.join("queries.yaml");
-    std::fs::write(
-        &file,
-        serde_yaml::to_string(&json!({"groups": [{"name": "dashboard", "rules": records}]}))?,
+    promtool_on(
+        &[("queries.yaml", rule_file("dashboard", &records)?)],
+        &[&["check", "rules", "queries.yaml"]],
     )?;
-    let out = Command::new(promtool()?)
-        .args(["check", "rules"])
-        .arg(&file)
-        .output()?;
-    std::fs::remove_dir_all(&dir).ok();
-    assert!(
-        out.status.success(),
-        "the dashboard's queries: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
     // Off by default.
     assert!(
         !render(&[])?

@@ -151,27 +151,27 @@ pub(super) fn pre_pull(
         match seen.get(pull.name.as_str()).map(|p| &p.state) {
             Some(PullState::Pulled) => {}
             Some(PullState::Failed(reason, message)) => {
-                return refuse(
+                return super::refuse(
                     gsp,
                     u,
                     d,
                     now,
-                    format!(
+                    untouched(format!(
                         "the image {} could not be pulled on node {} ({reason}: {message})",
                         pull.image, pull.node
-                    ),
+                    )),
                 );
             }
             Some(PullState::Refused(at, message)) if at.0 >= since.0 => {
-                return refuse(
+                return super::refuse(
                     gsp,
                     u,
                     d,
                     now,
-                    format!(
+                    untouched(format!(
                         "Kubernetes refused the pod that pulls {} on node {}: {message}",
                         pull.image, pull.node
-                    ),
+                    )),
                 );
             }
             Some(PullState::Pulling) => pending.push(pull.clone()),
@@ -200,37 +200,25 @@ pub(super) fn pre_pull(
     }
     let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
     if super::passed(&deadline, now) {
-        return refuse(
+        return super::refuse(
             gsp,
             u,
             d,
             now,
-            format!(
+            untouched(format!(
                 "the new images were not pulled within {} s (prePull.timeoutSeconds): {}",
                 gsp.spec.pre_pull.timeout_seconds,
                 describe(&pending)
-            ),
+            )),
         );
     }
     d.status.message = Some(pulling(&pending));
     d.requeue_at(&deadline, now);
 }
 
-/// Refuses the update from PrePull: nothing was paused or changed yet.
-fn refuse(
-    gsp: &GluesyncPlatform,
-    u: &mut UpdateStatus,
-    d: &mut Decision,
-    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-    why: String,
-) {
-    super::refuse(
-        gsp,
-        u,
-        d,
-        now,
-        format!("{why}; nothing was paused or changed"),
-    );
+/// A refusal from PrePull says that nothing was paused or changed yet.
+fn untouched(why: String) -> String {
+    format!("{why}; nothing was paused or changed")
 }
 
 /// Outside the step `PrePull`, this platform's pre-pull pods are deleted (a GKO that stopped between
