@@ -25,7 +25,7 @@ model-check:
 ## Write the CRD generated from the Rust types into the chart (deploy/crd.yaml links to it), and the
 ## reference generated from it.
 crd: reference
-	cargo run -q -p gluesync-operator --bin crdgen > charts/gluesync-operator/crds/gluesyncplatforms.yaml
+	cargo run -q -p gluesync-operator --bin crdgen > charts/gluesync-operator/files/gluesyncplatforms.crd.yaml
 
 ## Write docs/reference.md, the GluesyncPlatform reference generated from the CRD.
 reference:

@@ -45,13 +45,21 @@ kubectl -n "$ns" delete gsp gluesync --ignore-not-found >/dev/null
 kubectl -n "$ns" create secret generic corehub-credentials --from-literal=username=admin \
   --from-literal=password=admin --dry-run=client -o yaml | kubectl -n "$ns" apply -f - >/dev/null
 helm dependency build charts/gluesync-kit >/dev/null
+# The release installs the GluesyncPlatform definition, unless the cluster has one that no release owns
+# (the one the cluster tests install): then it is left as it is.
+crds=()
+crd=customresourcedefinition/gluesyncplatforms.gluesync.molo17.com
+if kubectl get "$crd" >/dev/null 2>&1 &&
+  [ -z "$(kubectl get "$crd" -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]; then
+  crds=(--set operator.crds.install=false)
+fi
 echo "\$ helm install gluesync charts/gluesync-kit --set gluesyncCoreHub.tag=2.3.2.1 ..."
 helm -n "$ns" install gluesync charts/gluesync-kit \
   --set gluesyncCoreHub.tag=2.3.2.1 \
   --set operator.platform.coreHub.url=http://127.0.0.1:$sim_port \
   --set operator.platform.catalog.url=http://127.0.0.1:$sim_port \
   --set operator.platform.stabilityWindowSeconds=5 \
-  --set operator.minReadySeconds=0 >/dev/null
+  --set operator.minReadySeconds=0 "${crds[@]}" >/dev/null
 kubectl -n "$ns" get statefulsets,deployments -L com.molo17.conductor.type
 
 # The local control plane runs no containers (its node is simulated), so GKO's pod never really starts:

@@ -109,18 +109,86 @@ disasterRecovery.enabled: GKO could not read the pair's Secret.
 {{- end -}}
 
 {{/*
+What this release does with the GluesyncPlatform definition (CRD) when crds.install is true, from the live
+one (lookup; none under helm template and Argo CD, which render it): "render" when there is none or this
+release owns it, "other:<namespace>/<release>" when another release owns it (the CRD is cluster-wide: one
+release of GKO's chart owns it, the others leave it), "unowned" when no release does (an earlier chart
+installed it from its crds/ folder, or it was applied with kubectl).
+*/}}
+{{- define "gluesync-operator.crdState" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "gluesyncplatforms.gluesync.molo17.com" | default dict -}}
+{{- $owner := dig "metadata" "annotations" "meta.helm.sh/release-name" "" $crd -}}
+{{- $ownerNs := dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $crd -}}
+{{- if or (not $crd) (and (eq $owner .Release.Name) (eq $ownerNs .Release.Namespace)) -}}render
+{{- else if $owner -}}other:{{ $ownerNs }}/{{ $owner }}
+{{- else -}}unowned
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when this helm upgrade is the one that makes a GluesyncPlatform created by an install's hook (see
+gluesync-operator.platform) part of the release: the hook's revision is still the deployed one. Helm 3
+adopts an object that is new to the release with an empty patch (it diffs the rendered object against
+itself), so such an upgrade renders the platform as it runs and the values apply from the next upgrade.
+Called with the chart's top scope and the live platform.
+*/}}
+{{- define "gluesync-operator.platformAdoption" -}}
+{{- $revision := dig "metadata" "annotations" "gluesync.molo17.com/helm-hook-revision" "" .live -}}
+{{- if and $revision .root.Release.IsUpgrade -}}
+{{- $record := printf "sh.helm.release.v1.%s.v%s" .root.Release.Name $revision -}}
+{{- $stored := lookup "v1" "Secret" .root.Release.Namespace $record | default (lookup "v1" "ConfigMap" .root.Release.Namespace $record) | default dict -}}
+{{- if eq (dig "metadata" "labels" "status" "" $stored) "deployed" -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The live GluesyncPlatform gluesync (empty when there is none, or no API to ask). */}}
+{{- define "gluesync-operator.livePlatform" -}}
+{{- if .Capabilities.APIVersions.Has "gluesync.molo17.com/v1alpha1/GluesyncPlatform" -}}
+{{- (lookup "gluesync.molo17.com/v1alpha1" "GluesyncPlatform" .Release.Namespace "gluesync") | default dict | toJson -}}
+{{- else -}}{}{{- end -}}
+{{- end -}}
+
+{{/*
+What helm install and upgrade print about the definition and the platform: who owns the definition, and
+whether this upgrade adopted a platform it then left as it runs. Called with the chart's top scope and
+crds (the crds values of GKO's chart).
+*/}}
+{{- define "gluesync-operator.crdNotes" -}}
+{{- if .crds.install -}}
+{{- $state := include "gluesync-operator.crdState" .root -}}
+{{- if hasPrefix "other:" $state }}
+
+The GluesyncPlatform definition belongs to release {{ trimPrefix "other:" $state }} (namespace/release): this
+release leaves it as it is. Upgrade that release first when a new chart changes the definition.
+{{- end -}}
+{{- end -}}
+{{- $live := include "gluesync-operator.livePlatform" .root | fromJson -}}
+{{- if include "gluesync-operator.platformAdoption" (dict "root" .root "live" $live) }}
+
+This upgrade made the GluesyncPlatform gluesync, which the install created, part of release {{ .root.Release.Name }}
+as it runs now (Helm 3 applies nothing to an object a release adopts). The values' changes to it take effect
+at the next upgrade: run the same helm upgrade again.
+{{- end -}}
+{{- end -}}
+
+{{/*
 A GluesyncPlatform named gluesync. Called with a dict: root (the chart's top scope), platform (the platform
-values), policy, selfUpdate. Under updatePolicy ui the live spec.version and spec.modules win (the Core Hub UI
-moved them); under gitops the values win. spec.requestID keeps its live value under both. Used by this chart
-and by the Gluesync kit.
+values), policy, selfUpdate, crds (the crds values of GKO's chart). Under updatePolicy ui the live
+spec.version and spec.modules win (the Core Hub UI moved them); under gitops the values win. spec.requestID
+keeps its live value under both. Used by this chart and by the Gluesync kit.
+
+When the release installs the definition too and the API server does not serve it yet (a first install),
+Helm could not map the platform to a resource: the platform is then a post-install hook, created once the
+definition is. The hook records its revision, so that the upgrade that adopts it can tell itself apart
+(gluesync-operator.platformAdoption) and render the platform as it runs.
 */}}
 {{- define "gluesync-operator.platform" -}}
 {{- $root := .root -}}
 {{- $p := .platform -}}
-{{- $live := dict -}}
-{{- if $root.Capabilities.APIVersions.Has "gluesync.molo17.com/v1alpha1/GluesyncPlatform" -}}
-{{- $live = (lookup "gluesync.molo17.com/v1alpha1" "GluesyncPlatform" $root.Release.Namespace "gluesync") | default dict -}}
-{{- end -}}
+{{- $served := $root.Capabilities.APIVersions.Has "gluesync.molo17.com/v1alpha1/GluesyncPlatform" -}}
+{{- $live := include "gluesync-operator.livePlatform" $root | fromJson -}}
+{{- $hook := and (not $served) .crds.install -}}
+{{- $adoption := include "gluesync-operator.platformAdoption" (dict "root" $root "live" $live) -}}
 {{- $version := $p.version -}}
 {{- $modules := $p.modules | default dict -}}
 {{- if eq .policy "ui" -}}
@@ -159,6 +227,22 @@ metadata:
     # Argo CD: after GKO's Deployment (wave 0), and with its definition in the same sync.
     argocd.argoproj.io/sync-wave: "1"
     argocd.argoproj.io/sync-options: SkipDryRunOnMissingResource=true
+    {{- if $hook }}
+    helm.sh/hook: post-install,post-upgrade
+    # Not before-hook-creation: Helm would build the object to delete with the discovery it read before the
+    # definition existed, and fail.
+    helm.sh/hook-delete-policy: hook-failed
+    # The owner Helm checks when the next upgrade adopts the platform.
+    meta.helm.sh/release-name: {{ $root.Release.Name }}
+    meta.helm.sh/release-namespace: {{ $root.Release.Namespace }}
+    {{- end }}
+    {{- if or $hook $adoption }}
+    gluesync.molo17.com/helm-hook-revision: {{ dig "metadata" "annotations" "gluesync.molo17.com/helm-hook-revision" (toString $root.Release.Revision) $live | quote }}
+    {{- end }}
+{{- if $adoption }}
+spec:
+  {{- toYaml $live.spec | nindent 2 }}
+{{- else }}
 spec:
   version: {{ $version | quote }}
   {{- with $modules }}
@@ -211,4 +295,5 @@ spec:
   disasterRecovery:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+{{- end }}
 {{- end -}}

@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn checked_in_crd_matches_the_types() {
         let checked_in =
-            include_str!("../../../charts/gluesync-operator/crds/gluesyncplatforms.yaml");
+            include_str!("../../../charts/gluesync-operator/files/gluesyncplatforms.crd.yaml");
         let generated = super::crd_yaml().expect("the CRD serializes");
         assert!(
             checked_in == generated,

@@ -126,9 +126,12 @@ fn kit() -> anyhow::Result<String> {
 }
 
 /// The values every test installs with: Core Hub and the catalog at the simulator, a short stability
-/// window, and GKO's pod ready at once.
+/// window, and GKO's pod ready at once. The definition is the shared cluster's, installed by the tests
+/// (`install_crd`), as an administrator installs it for several releases: tests/crds.rs installs it with
+/// the chart.
 fn sets(sim: &gluesync_simulator::Simulator) -> Vec<String> {
     vec![
+        "operator.crds.install=false".into(),
         format!("operator.platform.coreHub.url={}", sim.url),
         format!("operator.platform.catalog.url={}", sim.url),
         "operator.platform.stabilityWindowSeconds=1".into(),
@@ -1188,6 +1191,7 @@ async fn helm_upgrade_keeps_the_pair_the_ui_set_and_gitops_takes_the_values() ->
     let run = |verb: &str, extra: &[&str]| -> anyhow::Result<String> {
         let mut args = vec![verb, "gluesync-operator", operator.as_str()];
         for s in [
+            "crds.install=false",
             "platform.version=2.3.2.1",
             "platform.disasterRecovery.role=primary",
             "platform.disasterRecovery.peerAddress=site-b.example.com",
@@ -1301,7 +1305,7 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
     .map(String::from)
     .chain([format!("image.digest={digest}")])
     .collect();
-    let sets: [(&str, Vec<String>); 6] = [
+    let sets: [(&str, Vec<String>); 8] = [
         ("defaults", vec![]),
         ("every option on", all_on),
         (
@@ -1317,6 +1321,8 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
                 "platform.disasterRecovery.peerAddress=dr.example.com".into(),
             ],
         ),
+        ("the definition not kept", vec!["crds.keep=false".into()]),
+        ("the definition left out", vec!["crds.install=false".into()]),
     ];
     for (what, values) in &sets {
         let mut args = vec![
@@ -1422,6 +1428,21 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
             "{kind} rendered by default"
         );
     }
+    // The definition: rendered and kept by default, not kept with crds.keep=false, not rendered with
+    // crds.install=false (tests/crds.rs installs and upgrades it with helm).
+    let crd = "gluesyncplatforms.gluesync.molo17.com";
+    let policy = |objects: &[Value]| {
+        object(objects, "CustomResourceDefinition", crd)
+            .map(|o| o["metadata"]["annotations"]["helm.sh/resource-policy"].clone())
+    };
+    assert_eq!(policy(&defaults), Some(json!("keep")));
+    let not_kept = template(&operator, &["platform.version=2.3.2.1", "crds.keep=false"])?;
+    assert_eq!(policy(&not_kept), Some(Value::Null));
+    let left = template(
+        &operator,
+        &["platform.version=2.3.2.1", "crds.install=false"],
+    )?;
+    assert_eq!(policy(&left), None);
     // A replica count above 2 is allowed; a wrong digest is not.
     let refused = refusal(
         &ns,
