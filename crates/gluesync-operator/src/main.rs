@@ -67,6 +67,76 @@ fn main() -> anyhow::Result<()> {
         .block_on(start())
 }
 
+/// Gives the pages of GKO's own code and constants back to the kernel once GKO has started: five seconds
+/// after its caches first listed the namespace (the Lease and the first reconciles are start-up too).
+/// Start-up runs code that idle GKO never runs again (argument and configuration parsing, the first TLS
+/// handshakes, the first list of every cache), and the kernel keeps every page of code it once mapped
+/// resident (and maps the neighbours of each page it faults in) until memory runs short: measured on the
+/// sample install, GKO's binary stayed 9.3 MiB resident, of which idle GKO faulted back 6 MiB. The pages
+/// the steps of an update need come back as it runs them. Only pages no other process maps are released
+/// (`MADV_PAGEOUT`); a kernel older than 5.4 refuses the call, and nothing changes.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+async fn release_start_up_code(metrics: Arc<metrics::Metrics>) {
+    use std::sync::atomic::Ordering;
+    while !metrics.ready.load(Ordering::Relaxed) {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    match page_out_own_code() {
+        Ok(bytes) => tracing::debug!(bytes, "start-up code given back to the kernel"),
+        Err(e) => tracing::debug!(error = %e, "start-up code kept resident"),
+    }
+}
+
+/// `MADV_PAGEOUT` on every read-only mapping of GKO's executable (code, constants, unwind tables); its
+/// size in bytes.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn page_out_own_code() -> std::io::Result<usize> {
+    let exe = std::fs::read_link("/proc/self/exe")?;
+    let exe = exe.to_string_lossy();
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let mut total = 0;
+    for line in maps.lines() {
+        // start-end perms offset dev inode path
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(range), Some(perms), Some(path)) = (fields.first(), fields.get(1), fields.get(5))
+        else {
+            continue;
+        };
+        if *path != exe || perms.contains('w') {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (
+            usize::from_str_radix(start, 16),
+            usize::from_str_radix(end, 16),
+        ) else {
+            continue;
+        };
+        // SAFETY: an advice on pages of this process's own read-only file mapping: it changes no
+        // content, only whether the kernel keeps the pages resident.
+        let done =
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_PAGEOUT) };
+        if done != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        total += end - start;
+    }
+    Ok(total)
+}
+
+/// `pow`, the one function of glibc's libm GKO calls (tokio's scheduler statistics call it through
+/// `f64::powf`), from the `libm` crate. With it defined here, the linker leaves libm out of the binary's
+/// needed libraries: loading a 1 MB shared library for one function costs about 0.5 MiB of resident
+/// memory.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[unsafe(no_mangle)]
+pub extern "C" fn pow(x: f64, y: f64) -> f64 {
+    libm::pow(x, y)
+}
+
 /// One glibc malloc arena for every thread. By default each thread that allocates may get an arena of
 /// its own (up to eight per core), and memory freed in one is not reused by another: the ids of a listing
 /// parsed on a blocking thread and freed on a worker thread stay resident. GKO is I/O bound; one arena
@@ -155,6 +225,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         ..operator::Settings::new(namespace)
     };
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    tokio::spawn(release_start_up_code(metrics.clone()));
     operator::run(client, settings, metrics, stopped()).await;
     server
         .await
