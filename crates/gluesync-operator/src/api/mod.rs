@@ -175,14 +175,15 @@ pub struct GluesyncPlatformSpec {
     /// Recurring windows in which an update may start changing things (its drain, or its modules). An
     /// update asked for outside every window waits for the next one; one whose estimated paused time
     /// does not fit in what is left of the window waits too. A window never interrupts an update that
-    /// runs. Empty: updates start when asked. See docs/updates.md#maintenance-windows.
+    /// runs. Empty: updates start when asked. See docs/updates.md#maintenance-windows-and-approval.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub maintenance_windows: Vec<MaintenanceWindow>,
 
-    /// `manual`: an update runs Preflight and then waits, with nothing paused and nothing changed, until
-    /// the annotation `gluesync.molo17.com/approve` carries its `status.update.approvalID`
-    /// (`kubectl gluesync approve`). `automatic`: updates run when asked.
+    /// `manual`: an update runs Preflight (and the pre-pull) and then waits, with nothing paused and
+    /// nothing changed, until the annotation `gluesync.molo17.com/approve` carries its
+    /// `status.update.approvalID`: the update's `spec.requestID` when that request brought it, else
+    /// `generation-<N>` (`kubectl gluesync approve`). `automatic`: updates run when asked.
     #[serde(default)]
     pub approval: Approval,
 
@@ -611,12 +612,14 @@ pub enum Step {
     Drain {
         since: Time,
         deadline: Time,
+        /// Written whole from its first status on, even empty (`[]`): a Drain without it was written by a
+        /// release that kept no such record (0.3.0), and its ledger's pipelines count as asked.
         #[serde(
             rename = "askedPipelines",
             default,
-            skip_serializing_if = "PipelineList::is_empty"
+            skip_serializing_if = "Option::is_none"
         )]
-        asked_pipelines: PipelineList,
+        asked_pipelines: Option<PipelineList>,
     },
     /// Changing Core Hub and the agents, then their stability check, until `deadline`.
     CoreHub { since: Time, deadline: Time },
@@ -642,7 +645,7 @@ impl Step {
         match self {
             Step::Drain {
                 asked_pipelines, ..
-            } => Some(asked_pipelines),
+            } => asked_pipelines.as_ref(),
             _ => None,
         }
     }
@@ -651,7 +654,7 @@ impl Step {
         match self {
             Step::Drain {
                 asked_pipelines, ..
-            } => Some(asked_pipelines),
+            } => asked_pipelines.as_mut(),
             _ => None,
         }
     }

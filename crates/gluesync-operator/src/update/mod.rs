@@ -230,7 +230,7 @@ fn step(gsp: &GluesyncPlatform, name: UpdateStep, now: &Time) -> Step {
         UpdateStep::Drain => Step::Drain {
             since,
             deadline: after(gsp.spec.drain_timeout_seconds),
-            asked_pipelines: crate::api::PipelineList::new(),
+            asked_pipelines: Some(crate::api::PipelineList::new()),
         },
         UpdateStep::CoreHub => Step::CoreHub {
             since,

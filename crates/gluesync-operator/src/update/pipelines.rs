@@ -126,6 +126,15 @@ pub(super) fn drain(
     d: &mut Decision,
 ) {
     let now = &obs.now;
+    // A Drain written by a release that kept no record of what it asked (0.3.0): every release records a
+    // pipeline in the ledger before it asks it in, so the ledger's pipelines count as asked.
+    if let crate::api::Step::Drain {
+        asked_pipelines: asked @ None,
+        ..
+    } = &mut u.step
+    {
+        *asked = Some(d.status.paused_pipelines.clone());
+    }
     let epoch = epoch(u);
     let since = u.step.since().clone();
     let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());

@@ -399,6 +399,56 @@ fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
 }
 
 #[test]
+fn a_drain_written_without_its_record_of_asked_pipelines_asks_none_of_the_ledgers_again() {
+    // A release that kept no record of what Drain asked (0.3.0) asked "a", "b" and "c" in, Core Hub
+    // applies them late, and that GKO stops: this GKO reads a Drain without askedPipelines.
+    let mut hub = Hub::new(&["a", "b", "c"], &[]);
+    hub.enter_delay = 2;
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 30}));
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(world.hub.enters.len(), 3, "the first GKO sent the requests");
+    assert_eq!(status(&g).paused_pipelines, ["a", "b", "c"]);
+    let written = serde_json::to_value(&update(&g).step).unwrap();
+    assert!(written.get("askedPipelines").is_some());
+    let mut older = written;
+    older.as_object_mut().unwrap().remove("askedPipelines");
+    g.status.as_mut().unwrap().update.as_mut().unwrap().step =
+        serde_json::from_value(older).unwrap();
+    assert_eq!(update(&g).step.asked_pipelines(), None);
+    world.hub.report = Report::default();
+    world.hub.entered.clear();
+    let d = world.step(&mut g, 1);
+    assert_eq!(
+        d.corehub.as_ref().unwrap().asked.len(),
+        3,
+        "the ledger's pipelines count as asked"
+    );
+    assert_eq!(update(&g).step.asked_pipelines().unwrap(), &["a", "b", "c"]);
+    world.until(&mut g, 3, CoreHub);
+    assert!(
+        world.hub.enters.values().all(|n| *n == 1),
+        "each pipeline asked in once: {:?}",
+        world.hub.enters
+    );
+}
+
+#[test]
+fn a_drain_just_entered_writes_its_record_even_empty() {
+    let (mut g, mut world) = drained_start(Hub::new(&[], &[]), serde_json::json!({}));
+    let mut seen = false;
+    for now in 0..3 {
+        world.step(&mut g, now);
+        if update(&g).step.name() == Drain {
+            let written = serde_json::to_value(&update(&g).step).unwrap();
+            assert_eq!(written["askedPipelines"], serde_json::json!([]));
+            seen = true;
+        }
+    }
+    assert!(seen, "the update went through Drain");
+}
+
+#[test]
 fn a_late_maintenance_request_after_a_drain_timeout_is_resumed() {
     // Core Hub applies maintenance requests 8 s late; the drain gives up after 5 s.
     let mut hub = Hub::new(&["a", "b", "c"], &[]);
@@ -831,7 +881,7 @@ fn every_step_serializes_flat_with_its_name() {
     let step = Step::Drain {
         since: at(0),
         deadline: at(300),
-        asked_pipelines: vec![PipelineId::from("a")].into(),
+        asked_pipelines: Some(vec![PipelineId::from("a")].into()),
     };
     let v = serde_json::to_value(&step).unwrap();
     assert_eq!(v["step"], "Drain");
@@ -1705,6 +1755,30 @@ fn an_approval_that_does_not_come_refuses_the_update_with_nothing_changed() {
     assert_eq!(s.history.len(), 1);
     assert!(world.hub.enters.is_empty());
     assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
+}
+
+#[test]
+fn an_update_a_request_brought_is_approved_with_its_request_id() {
+    // The Core Hub UI's request (spec.requestID ui-9) under manual approval: the approval names it.
+    let mut g = platform(
+        serde_json::json!({"version": "2.3.2.2", "approval": "manual", "requestID": "ui-9"}),
+    );
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Waiting);
+    assert_eq!(update(&g).approval_id.as_deref(), Some("ui-9"));
+    approve(&mut g, "ui-8");
+    world.step(&mut g, 1);
+    assert_eq!(
+        update(&g).step.name(),
+        Waiting,
+        "another request approves nothing"
+    );
+    assert!(world.hub.enters.is_empty());
+    approve(&mut g, "ui-9");
+    let events = world.until(&mut g, 2, Drain);
+    assert!(reasons(&events).contains(&"UpdateApproved"), "{events:?}");
+    world.until(&mut g, 3, CoreHub);
+    assert_eq!(world.hub.enters.len(), 1);
 }
 
 #[test]
