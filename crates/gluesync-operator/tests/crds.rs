@@ -12,7 +12,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use common::{helm, kit};
 use gko_test_support::TestNamespace;
 use serde_json::Value;
 
@@ -23,26 +24,6 @@ const PREVIOUS_CHART_COMMIT: &str = "343d3054b57e3b28d68c0d12ae42f53578a6929e";
 
 fn chart() -> PathBuf {
     gko_test_support::repo_root().join("charts/gluesync-operator")
-}
-
-/// Runs helm in `ns`: its output, or an error with what it said.
-fn helm(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> {
-    let out = ns
-        .cp
-        .command("helm")
-        .arg("--namespace")
-        .arg(&ns.name)
-        .args(args)
-        .output()?;
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        bail!("helm {}: {said}", args.join(" "));
-    }
-    Ok(said)
 }
 
 /// `helm install` or `upgrade` of GKO's chart at `chart` as release `gluesync`, with the platform under
@@ -181,22 +162,6 @@ fn chart_at(commit: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     )?;
     anyhow::ensure!(untar.wait()?.success(), "tar failed");
     Ok(dir.join("charts/gluesync-operator"))
-}
-
-/// The Gluesync kit, with the GKO chart it includes packaged (`helm dependency build`).
-fn kit() -> anyhow::Result<String> {
-    let kit = gko_test_support::repo_root().join("charts/gluesync-kit");
-    let out = gko_test_support::control_plane()
-        .command("helm")
-        .args(["dependency", "build"])
-        .arg(&kit)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "helm dependency build: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(kit.display().to_string())
 }
 
 /// Whether a release's manifest (or hooks) holds an object of `kind`, as a document of its own.

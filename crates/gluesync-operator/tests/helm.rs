@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::{path::PathBuf, sync::OnceLock, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context, bail};
 use common::*;
@@ -21,26 +21,6 @@ const CORE_HUB: &str = "gluesync-gluesync-core-hub";
 
 fn charts() -> PathBuf {
     gko_test_support::repo_root().join("charts")
-}
-
-/// Runs helm; fails with its output when helm does.
-fn helm(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> {
-    let out = ns
-        .cp
-        .command("helm")
-        .arg("--namespace")
-        .arg(&ns.name)
-        .args(args)
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "helm {}: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// A server-side dry run of `rendered` in the test's namespace: whether the API server accepts it, and
@@ -101,28 +81,6 @@ fn refusal(ns: &TestNamespace, chart: &str, sets: &[&str]) -> String {
     helm(ns, &args)
         .expect_err("helm should refuse these values")
         .to_string()
-}
-
-/// The kit's dependency on the GKO chart, packaged once per test run (`helm dependency build`).
-fn kit() -> anyhow::Result<String> {
-    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cp = gko_test_support::control_plane();
-            let out = cp
-                .command("helm")
-                .args(["dependency", "build"])
-                .arg(charts().join("gluesync-kit"))
-                .output()
-                .map_err(|e| e.to_string())?;
-            out.status
-                .success()
-                .then_some(())
-                .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
-        })
-        .clone()
-        .map_err(|e| anyhow::anyhow!("helm dependency build: {e}"))?;
-    Ok(charts().join("gluesync-kit").display().to_string())
 }
 
 /// The values every test installs with: Core Hub and the catalog at the simulator, a short stability

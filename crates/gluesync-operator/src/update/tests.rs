@@ -369,28 +369,24 @@ fn a_pipeline_core_hub_lists_twice_is_recorded_and_asked_once() {
     assert_eq!(d.corehub.unwrap().enter, ["a", "b"], "asked once each");
 }
 
-#[test]
-fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
-    // Core Hub applies maintenance requests 2 s late; the GKO that asked stops before they land.
+/// "a", "b" and "c" asked into maintenance mode by a GKO that stops before Core Hub applies them (2 s
+/// late).
+fn asked_late_by_a_gko_that_stops() -> (GluesyncPlatform, World) {
     let mut hub = Hub::new(&["a", "b", "c"], &[]);
     hub.enter_delay = 2;
     let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 30}));
     world.step(&mut g, 1);
     world.step(&mut g, 1);
-    assert_eq!(update(&g).step.asked_pipelines().unwrap(), &["a", "b", "c"]);
     assert_eq!(world.hub.enters.len(), 3, "the first GKO sent the requests");
     // A new GKO: its worker knows nothing of this epoch; the pipelines still run.
     world.hub.report = Report::default();
     world.hub.entered.clear();
-    let d = world.step(&mut g, 1);
-    assert_eq!(
-        d.corehub.as_ref().unwrap().asked.len(),
-        3,
-        "the new worker is told what the update asked"
-    );
-    world.step(&mut g, 1);
-    assert_eq!(update(&g).step.name(), Drain, "still waiting for them");
-    world.until(&mut g, 3, CoreHub);
+    (g, world)
+}
+
+/// The drain goes on to CoreHub with every pipeline asked in once.
+fn each_asked_once(g: &mut GluesyncPlatform, world: &mut World) {
+    world.until(g, 3, CoreHub);
     assert!(
         world.hub.enters.values().all(|n| *n == 1),
         "each pipeline asked in once: {:?}",
@@ -399,25 +395,32 @@ fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
 }
 
 #[test]
+fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
+    let (mut g, mut world) = asked_late_by_a_gko_that_stops();
+    assert_eq!(update(&g).step.asked_pipelines().unwrap(), &["a", "b", "c"]);
+    let d = world.step(&mut g, 1);
+    assert_eq!(
+        d.corehub.as_ref().unwrap().asked.len(),
+        3,
+        "the new worker is told what the update asked"
+    );
+    world.step(&mut g, 1);
+    assert_eq!(update(&g).step.name(), Drain, "still waiting for them");
+    each_asked_once(&mut g, &mut world);
+}
+
+#[test]
 fn a_drain_written_without_its_record_of_asked_pipelines_asks_none_of_the_ledgers_again() {
-    // A release that kept no record of what Drain asked (0.3.0) asked "a", "b" and "c" in, Core Hub
-    // applies them late, and that GKO stops: this GKO reads a Drain without askedPipelines.
-    let mut hub = Hub::new(&["a", "b", "c"], &[]);
-    hub.enter_delay = 2;
-    let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 30}));
-    world.step(&mut g, 1);
-    world.step(&mut g, 1);
-    assert_eq!(world.hub.enters.len(), 3, "the first GKO sent the requests");
+    // The GKO that asked was a release that kept no record of what Drain asked (0.3.0): this GKO reads
+    // a Drain without askedPipelines.
+    let (mut g, mut world) = asked_late_by_a_gko_that_stops();
     assert_eq!(status(&g).paused_pipelines, ["a", "b", "c"]);
-    let written = serde_json::to_value(&update(&g).step).unwrap();
-    assert!(written.get("askedPipelines").is_some());
-    let mut older = written;
+    let mut older = serde_json::to_value(&update(&g).step).unwrap();
+    assert!(older.get("askedPipelines").is_some());
     older.as_object_mut().unwrap().remove("askedPipelines");
     g.status.as_mut().unwrap().update.as_mut().unwrap().step =
         serde_json::from_value(older).unwrap();
     assert_eq!(update(&g).step.asked_pipelines(), None);
-    world.hub.report = Report::default();
-    world.hub.entered.clear();
     let d = world.step(&mut g, 1);
     assert_eq!(
         d.corehub.as_ref().unwrap().asked.len(),
@@ -425,12 +428,7 @@ fn a_drain_written_without_its_record_of_asked_pipelines_asks_none_of_the_ledger
         "the ledger's pipelines count as asked"
     );
     assert_eq!(update(&g).step.asked_pipelines().unwrap(), &["a", "b", "c"]);
-    world.until(&mut g, 3, CoreHub);
-    assert!(
-        world.hub.enters.values().all(|n| *n == 1),
-        "each pipeline asked in once: {:?}",
-        world.hub.enters
-    );
+    each_asked_once(&mut g, &mut world);
 }
 
 #[test]

@@ -583,3 +583,48 @@ pub async fn restart_control_plane(process: &'static str) -> anyhow::Result<()> 
     })
     .await?
 }
+
+/// Runs helm; fails with its output when helm does.
+pub fn helm(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> {
+    let out = ns
+        .cp
+        .command("helm")
+        .arg("--namespace")
+        .arg(&ns.name)
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "helm {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The kit's dependency on the GKO chart, packaged once per test run (`helm dependency build`).
+pub fn kit() -> anyhow::Result<String> {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cp = gko_test_support::control_plane();
+            let out = cp
+                .command("helm")
+                .args(["dependency", "build"])
+                .arg(gko_test_support::repo_root().join("charts/gluesync-kit"))
+                .output()
+                .map_err(|e| e.to_string())?;
+            out.status
+                .success()
+                .then_some(())
+                .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!("helm dependency build: {e}"))?;
+    Ok(gko_test_support::repo_root()
+        .join("charts/gluesync-kit")
+        .display()
+        .to_string())
+}
