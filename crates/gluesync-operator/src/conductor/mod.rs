@@ -46,6 +46,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a connection that was answered has to send its next request (over the 60 s an ingress such as
 /// ingress-nginx keeps an idle upstream connection, so GKO never closes one the ingress is about to reuse).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(75);
+/// How much of a body over [`BODY_LIMIT`] is read and dropped before its 413, so that the client
+/// reads the answer (see `read_body`).
+pub const BODY_DRAIN_LIMIT: usize = 1024 * 1024;
 /// Time a client has to send a request's body.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time a request other than an update request has to be answered.
@@ -755,27 +758,53 @@ fn containers_body(
 }
 
 /// Reads a request's body within [`BODY_READ_TIMEOUT`] and [`BODY_LIMIT`]; the error is the answer.
+///
+/// A body over the limit is still read to its end (and dropped), up to [`BODY_DRAIN_LIMIT`], before
+/// the 413 is sent: answering while the client is still sending makes the connection close with
+/// unread bytes in it, which the kernel does with a reset, and the client, still writing, sees a
+/// broken connection instead of the answer. A body beyond the drain limit gets the 413 and the
+/// connection closes.
 async fn read_body(req: Request, route: &str) -> Result<axum::body::Bytes, Response> {
-    match tokio::time::timeout(
-        BODY_READ_TIMEOUT,
-        axum::body::to_bytes(req.into_body(), BODY_LIMIT),
-    )
-    .await
-    {
-        Err(_) => Err(failure(
+    use futures::StreamExt;
+    let too_slow = || {
+        failure(
             StatusCode::REQUEST_TIMEOUT,
             "Request body too slow",
             format!(
                 "the body must arrive within {} s",
                 BODY_READ_TIMEOUT.as_secs()
             ),
-        )),
-        Ok(Ok(b)) => Ok(b),
-        Ok(Err(_)) => Err(failure(
+        )
+    };
+    let too_large = || {
+        failure(
             StatusCode::PAYLOAD_TOO_LARGE,
             "Request body too large",
             format!("the body of {route} is at most {BODY_LIMIT} bytes"),
-        )),
+        )
+    };
+    let deadline = tokio::time::Instant::now() + BODY_READ_TIMEOUT;
+    let mut frames = req.into_body().into_data_stream();
+    let mut body = Vec::new();
+    let mut seen = 0usize;
+    loop {
+        match tokio::time::timeout_at(deadline, frames.next()).await {
+            Err(_) => return Err(too_slow()),
+            Ok(None) if seen > BODY_LIMIT => return Err(too_large()),
+            Ok(None) => return Ok(body.into()),
+            Ok(Some(Err(_))) => return Err(too_large()),
+            Ok(Some(Ok(chunk))) => {
+                seen = seen.saturating_add(chunk.len());
+                if seen > BODY_DRAIN_LIMIT {
+                    return Err(too_large());
+                }
+                if seen <= BODY_LIMIT {
+                    body.extend_from_slice(&chunk);
+                } else {
+                    body = Vec::new();
+                }
+            }
+        }
     }
 }
 
