@@ -110,8 +110,11 @@ impl Gko {
             }
             None => Command::new(&binary),
         };
-        // GKO's log at info, to a file, for whoever looks into where a figure's time goes.
+        // GKO's log at info (or at GKO_BENCH_LOG_FILTER, a RUST_LOG filter), to a file, for whoever looks
+        // into where a figure's time goes.
         let log = std::env::var("GKO_BENCH_LOG").ok();
+        let filter =
+            std::env::var("GKO_BENCH_LOG_FILTER").unwrap_or_else(|_| "info,kube=warn".into());
         let stdout = match &log {
             Some(path) => Stdio::from(std::fs::File::create(path)?),
             None => Stdio::null(),
@@ -130,7 +133,7 @@ impl Gko {
             .env(
                 "RUST_LOG",
                 if log.is_some() {
-                    "info,kube=warn"
+                    filter.as_str()
                 } else {
                     "warn"
                 },
@@ -904,6 +907,25 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(300)).await;
         tallies.push(Tally::between(&before, &gko.samples().await?));
     }
+    // The same updates without the pre-pull (the images are on the node: kwok pulls at once), for the
+    // pre-pull's share of the overhead.
+    api.patch(
+        "gluesync",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"prePull": {"enabled": false}}})),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut unpulled = vec![];
+    for i in 0..runs {
+        let version = if i % 2 == 0 { "2.3.2.2" } else { "2.3.2.1" };
+        let start = Instant::now();
+        let generation = set_version(&api, version).await?;
+        wait_every(&api, "the update", finished(generation), ROLLOUT_POLL).await?;
+        unpulled.push(start.elapsed().as_secs_f64());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    unpulled.sort_by(f64::total_cmp);
     drop(gko);
     status_write_kinds(&api).await?;
     // The same rollouts with nobody but the API server and kwok.
@@ -925,6 +947,13 @@ async fn overhead(runs: usize) -> anyhow::Result<()> {
         (t - r) * 1000.0
     );
     Tally::median(&tallies).print("  ", t);
+    let u = percentile(&unpulled, 0.5);
+    println!(
+        "  the same updates with prePull.enabled false: median {:.0} ms; GKO's overhead {:.0} ms (the pre-pull's share: {:.0} ms)",
+        u * 1000.0,
+        (u - r) * 1000.0,
+        (t - u) * 1000.0
+    );
     println!(
         "  Core Hub requests per update (median): {:.0}",
         percentile(&corehub_calls, 0.5)
@@ -1574,7 +1603,7 @@ async fn main() -> anyhow::Result<()> {
         reaction_hung(50, normal.as_ref()).await?;
     }
     if wants("overhead") {
-        overhead(10).await?;
+        overhead(20).await?;
     }
     if wants("prepull") {
         prepull().await?;

@@ -206,14 +206,16 @@ pub async fn reconcile(
         let Some(mut committed) = write(&ctx, gsp, decision.status).await? else {
             return Ok(Requeue::await_change());
         };
+        // The background work first: it runs beside the actions (the drain's requests do not wait for
+        // a pre-pull pod's deletion), and the status it may need is written.
+        ctx.corehub.want(committed.platform(), decision.corehub);
+        ctx.catalog.want(committed.platform(), decision.catalog);
         let executed = committed.execute(view, decision.actions).await;
         if executed.pair_changed {
             dr = observe::dr_objects(view, committed.platform())
                 .await
                 .map_err(Error::Read)?;
         }
-        ctx.corehub.want(committed.platform(), decision.corehub);
-        ctx.catalog.want(committed.platform(), decision.catalog);
         unwritten.events.append(&mut decision.events);
         committed.record(view, std::mem::take(&mut unwritten.events));
         gsp = committed.into_platform();
@@ -270,11 +272,14 @@ struct Held {
     since: Instant,
 }
 
-/// Whether a decision may go unwritten: it acts on nothing, and the work it hands Core Hub's worker
-/// pauses nothing (it lists, or resumes pipelines the written ledger already holds: asked again after a
-/// crash, which does no harm), so a crash before the next write loses nothing the status must remember.
+/// Whether a decision may go unwritten: it acts on nothing a status must remember (the deletion of a
+/// pre-pull pod waits for the next write, and a later decision asks it again), and the work it hands
+/// Core Hub's worker pauses nothing (it lists, or resumes pipelines the written ledger already holds:
+/// asked again after a crash, which does no harm), so a crash before the next write loses nothing the
+/// status must remember.
 fn passes_through(decision: &update::Decision) -> bool {
-    decision.actions.is_empty() && decision.corehub.as_ref().is_none_or(|w| w.enter.is_empty())
+    decision.actions.iter().all(|a| !a.needs_status())
+        && decision.corehub.as_ref().is_none_or(|w| w.enter.is_empty())
 }
 
 /// A GluesyncPlatform that does not parse: said once per resourceVersion as a Warning event (and in the

@@ -166,6 +166,7 @@ pub async fn run(
         spilled: spilled.clone(),
         pre_pulls: pre_pulls.clone(),
         refused_pods: Default::default(),
+        recent: Default::default(),
         changed,
         instance: settings.instance.clone(),
         access: settings.access.clone(),

@@ -180,10 +180,11 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
 }
 
 /// An update with nothing to wait for (stability window 0, Core Hub answering at once, no module to
-/// change) writes the statuses crash safety needs, each before what it leads to, and little more: Snapshot
-/// (before the finalizer), Drain with the pipelines it asks (before they are asked), CoreHub (before its
-/// image changes) and the end; a step that passes within 100 ms doing nothing of its own is not written
-/// apart (13 status writes before). Its events are recorded all the same.
+/// change) writes the statuses crash safety needs, each before what it leads to, and little more: PrePull
+/// (before its pods and the finalizer; Preflight and Snapshot change nothing and pass through), Drain
+/// with the pipelines it asks (before they are asked), CoreHub (before its image changes) and the end;
+/// a step that passes within 100 ms doing nothing of its own is not written apart (13 status writes
+/// before). Its events are recorded all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_update_writes_only_the_statuses_crash_safety_needs() -> anyhow::Result<()> {
     use gluesync_operator::api::UpdateStep;
@@ -210,13 +211,19 @@ async fn a_quick_update_writes_only_the_statuses_crash_safety_needs() -> anyhow:
     let seen = seen.lock().map(|v| v.clone()).unwrap_or_default();
     // Each write crash safety needs is there, as the API server holds it.
     for wanted in [
-        (Some(UpdateStep::Snapshot), false),
+        (Some(UpdateStep::PrePull), false),
         (Some(UpdateStep::Drain), true),
         (Some(UpdateStep::CoreHub), false),
         (None, false),
     ] {
         assert!(seen.contains(&wanted), "no status {wanted:?} in {seen:?}");
     }
+    assert!(
+        !seen
+            .iter()
+            .any(|(step, _)| *step == Some(UpdateStep::Snapshot)),
+        "Snapshot changes nothing and has no status of its own: {seen:?}"
+    );
     println!("{writes} status writes in the update: {seen:?}");
     // A wait over 100 ms on a loaded machine (the rollout, Core Hub's answers) may show as one more.
     assert!(

@@ -264,7 +264,8 @@ fn record(view: &View, gsp: &GluesyncPlatform, warning: bool, reason: &str, mess
 }
 
 /// Carries out one action: the platform as written when the action changed it, `Err` when it failed
-/// (logged; the reconcile is retried soon).
+/// (logged; the reconcile is retried soon) or was just made and is not made again yet (see
+/// [`crate::cluster::view::Recent`]; looked at again as soon).
 async fn execute(
     view: &View,
     gsp: &GluesyncPlatform,
@@ -279,6 +280,11 @@ async fn execute(
             container,
             image,
         } => {
+            let object = format!("{kind:?}/{name}/{container}");
+            if view.recent.just_made(&object, &image) {
+                // Looked at again once it no longer counts as just made.
+                return Err(());
+            }
             info!(workload = %name, %image, "setting image");
             writer
                 .set_image(ns, kind, &name, &container, &image)
@@ -286,6 +292,7 @@ async fn execute(
                 .map_err(
                     |e| warn!(workload = %name, error = %e, "setting the image failed; retrying"),
                 )?;
+            view.recent.made(&object, &image);
         }
         Action::SelfUpdate {
             name,
@@ -320,8 +327,15 @@ async fn execute(
                 .await
                 .map_err(|e| warn!(?kind, %name, error = %e, "removing failed; retrying"))?;
         }
+        Action::DeletePrePull(pod) => {
+            info!(%pod, "deleting a pre-pull pod");
+            view.recent.forget(&format!("Pod/{pod}"));
+            writer.delete_pod(ns, &pod).await.map_err(
+                |e| warn!(%pod, error = %e, "deleting the pre-pull pod failed; retrying"),
+            )?;
+        }
         Action::DeletePod(pod) => {
-            info!(%pod, "deleting a pod (a stuck pod of a failed revision, or a pre-pull pod)");
+            info!(%pod, "deleting a stuck pod (of a failed revision, or of a disaster-recovery setup put back)");
             writer
                 .delete_pod(ns, &pod)
                 .await
@@ -329,9 +343,13 @@ async fn execute(
         }
         Action::CreatePod(pod) => {
             let name = pod.name_any();
+            let object = format!("Pod/{name}");
+            if view.recent.just_made(&object, "") {
+                return Err(());
+            }
             info!(pod = %name, image = pod.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.image.as_deref()).unwrap_or_default(), "creating a pre-pull pod");
             match writer.create_pod(&pod).await {
-                Ok(()) => {}
+                Ok(()) => view.recent.made(&object, ""),
                 // Refused for good (Forbidden, Invalid, a quota or an admission webhook): the engine
                 // reads the refusal and refuses the update.
                 Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => {

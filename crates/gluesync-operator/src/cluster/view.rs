@@ -38,12 +38,51 @@ pub struct View {
     pub pre_pulls: Store<Pod>,
     /// The pre-pull pods the API server refused to create: name, then the platform, when and why.
     pub refused_pods: std::sync::Mutex<std::collections::BTreeMap<String, RefusedPod>>,
+    /// The writes just made, which the watch caches may not show yet.
+    pub recent: Recent,
     /// Moves whenever a GluesyncPlatform changes in the cache.
     pub changed: watch::Sender<u64>,
     /// This process's name (the pod name in a cluster).
     pub instance: Option<String>,
     /// The Secrets it may read and the Core Hub URLs it may call.
     pub access: crate::update::access::Access,
+}
+
+/// Writes this process just made, by the object they wrote (`StatefulSet/<name>/<container>`, a pod's
+/// name) and what they wrote: a decision made before the watch cache shows a write would ask for it
+/// again (an image set twice, a pod created twice), an API request that changes nothing, on the
+/// update's way. The same write to the same object within [`RECENT`] is not made again; after that it
+/// is (were it undone meanwhile, the next decision makes it again).
+#[derive(Default)]
+pub struct Recent(
+    std::sync::Mutex<std::collections::HashMap<String, (String, std::time::Instant)>>,
+);
+
+/// How long a write counts as just made (far beyond a watch event's delay).
+pub const RECENT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Recent {
+    /// Was `what` just written to `object`?
+    pub fn just_made(&self, object: &str, what: &str) -> bool {
+        let all = self.0.lock().expect("recent writes lock");
+        all.get(object)
+            .is_some_and(|(w, at)| w == what && at.elapsed() < RECENT)
+    }
+
+    /// `what` was written to `object` now.
+    pub fn made(&self, object: &str, what: &str) {
+        let mut all = self.0.lock().expect("recent writes lock");
+        all.retain(|_, (_, at)| at.elapsed() < RECENT);
+        all.insert(
+            object.to_string(),
+            (what.to_string(), std::time::Instant::now()),
+        );
+    }
+
+    /// `object` was written otherwise (deleted, say): what was made before no longer holds.
+    pub fn forget(&self, object: &str) {
+        self.0.lock().expect("recent writes lock").remove(object);
+    }
 }
 
 /// A pre-pull pod the API server refused to create.
@@ -270,5 +309,28 @@ pub async fn secret(
         Ok(found) => Ok(found),
         Err(kube::Error::Api(s)) if s.code == 403 => Err(SecretError::NotAllowed(name.to_string())),
         Err(e) => Err(SecretError::Read(name.to_string(), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Recent;
+
+    #[test]
+    fn a_write_just_made_is_not_made_again_but_any_other_is() {
+        let r = Recent::default();
+        let sts = "StatefulSet/gluesync-core-hub/core-hub";
+        assert!(!r.just_made(sts, "2.3.2.2"));
+        r.made(sts, "2.3.2.2");
+        assert!(r.just_made(sts, "2.3.2.2"));
+        // A rollback's image is written at once, and so is the way back after it.
+        assert!(!r.just_made(sts, "2.3.2.1"));
+        r.made(sts, "2.3.2.1");
+        assert!(!r.just_made(sts, "2.3.2.2"));
+        // A pod deleted is made again when asked.
+        r.made("Pod/p", "");
+        assert!(r.just_made("Pod/p", ""));
+        r.forget("Pod/p");
+        assert!(!r.just_made("Pod/p", ""));
     }
 }

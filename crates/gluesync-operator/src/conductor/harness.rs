@@ -104,6 +104,7 @@ impl Harness {
                 spilled: reflector::store().0,
                 pre_pulls: reflector::store().0,
                 refused_pods: Default::default(),
+                recent: Default::default(),
                 changed: tokio::sync::watch::channel(0).0,
                 instance: None,
                 access: crate::update::access::Access::default(),

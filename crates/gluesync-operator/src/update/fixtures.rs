@@ -288,7 +288,9 @@ impl World {
                         w.ready = w.pods.iter().all(|p| &p.image == image && p.ready);
                     }
                 }
-                Action::DeletePod(name) => self.pre_pulls.retain(|p| &p.name != name),
+                Action::DeletePrePull(name) => self.pre_pulls.retain(|p| &p.name != name),
+                // A stuck pod: the fixtures' pods follow their workload's image in `roll_out`.
+                Action::DeletePod(_) => {}
                 Action::CreatePod(pod) => {
                     let mut seen = crate::update::prepull::observe(pod).expect("a pre-pull pod");
                     seen.state = self.pull.clone();

@@ -95,6 +95,9 @@ pub enum Action {
         image: String,
     },
     DeletePod(String),
+    /// Delete a pre-pull pod (see [`prepull`]). No status needs to remember it: a pod left behind is
+    /// deleted by the next decision outside PrePull, so it waits for whatever write comes next.
+    DeletePrePull(String),
     /// Create a pod (a pre-pull pod, see [`prepull`]); one that exists already is fine.
     CreatePod(Box<k8s_openapi::api::core::v1::Pod>),
     /// Put GKO's finalizer on the GluesyncPlatform.
@@ -120,6 +123,14 @@ pub enum Action {
     ApplyService(Box<k8s_openapi::api::core::v1::Service>),
     /// Remove what a disaster-recovery setup made: delete the Service, empty the pair's Secret.
     RemoveMade(crate::api::Made, String),
+}
+
+impl Action {
+    /// Must the status be written before this action? Every action but the deletion of a pre-pull
+    /// pod: a decision whose actions need no status can pass through unwritten (see the controller).
+    pub fn needs_status(&self) -> bool {
+        !matches!(self, Action::DeletePrePull(_))
+    }
 }
 
 /// A Kubernetes event to record on the GluesyncPlatform.
@@ -346,14 +357,37 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             return d;
         }
     }
-    prepull::clean(gsp, obs, u.step.name() == UpdateStep::PrePull, &mut d);
+    // The pre-pull pods (completed once the drain starts) go once the pipelines run again: while they
+    // are paused the cluster does nothing but the update's own work.
+    let pausing = matches!(
+        u.step.name(),
+        UpdateStep::PrePull
+            | UpdateStep::Drain
+            | UpdateStep::CoreHub
+            | UpdateStep::CoreHubRollback
+            | UpdateStep::Resume
+    );
+    prepull::clean(gsp, obs, pausing, &mut d);
     if matches!(name, UpdateStep::Modules) && !d.again {
         // Leftover pipelines are resumed while the modules roll.
         pipelines::ledger(gsp, obs, &mut d, None);
     }
-    if !gsp.finalizers().iter().any(|f| f == FINALIZER) && gsp.metadata.deletion_timestamp.is_none()
+    // GKO's finalizer goes on with the first write past Snapshot (the pre-pull's, the wait's or the
+    // drain's first), before anything is paused: decisions made in Preflight and Snapshot change
+    // nothing, and pass through unwritten.
+    // It goes first, before any image changes; in PrePull, which changes nothing, after the pods, so
+    // that their pulls start a write earlier.
+    let planning = matches!(name, UpdateStep::Preflight | UpdateStep::Snapshot);
+    if !planning
+        && !gsp.finalizers().iter().any(|f| f == FINALIZER)
+        && gsp.metadata.deletion_timestamp.is_none()
     {
-        d.actions.insert(0, Action::AddFinalizer);
+        let at = if name == UpdateStep::PrePull {
+            d.actions.len()
+        } else {
+            0
+        };
+        d.actions.insert(at, Action::AddFinalizer);
     }
     mark_updating(gsp, obs, &mut d, u);
     d

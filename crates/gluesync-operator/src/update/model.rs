@@ -366,11 +366,11 @@ impl State {
             }
             s.gsp.status = Some(d.status.clone());
         }
+        // As the controller does: the background work is handed over with the status written, and the
+        // actions are carried out after it.
         s.gko.actions = d.actions;
         s.gko.handoff = Some((d.corehub, d.catalog));
-        if s.gko.actions.is_empty() {
-            s.hand_off();
-        }
+        s.hand_off();
         s
     }
 
@@ -416,7 +416,7 @@ impl State {
                 }
                 self.image = image.clone();
             }
-            Action::DeletePod(name) if self.pulls.contains_key(name) => {
+            Action::DeletePrePull(name) => {
                 self.pulls.remove(name);
             }
             Action::DeletePod(_) => self.pods = self.image.clone(),
@@ -602,15 +602,21 @@ impl State {
 
     fn successors(&self) -> Result<Vec<(String, State)>, String> {
         let mut out = vec![];
-        // GKO carries out what it decided, one action at a time, and hands the background work its wants
-        // with the last (a crash before that loses them with the rest of GKO's memory).
+        // GKO carries out what it decided, one action at a time (a crash loses those left with the rest
+        // of GKO's memory). The finalizer's write may be refused (a conflict budget's fault): GKO goes on
+        // with the rest, as the controller does.
         if !self.gko.actions.is_empty() {
             let mut s = self.clone();
             let action = s.gko.actions.remove(0);
-            s.apply(&action)?;
-            if s.gko.actions.is_empty() {
-                s.hand_off();
+            if action == Action::AddFinalizer && self.budget.conflicts > 0 {
+                let mut refused = s.clone();
+                refused.budget.conflicts -= 1;
+                out.push((
+                    "GKO's finalizer write is refused; GKO goes on with the rest".into(),
+                    refused,
+                ));
             }
+            s.apply(&action)?;
             out.push((format!("GKO carries out {action:?}"), s));
         } else {
             out.push(("GKO reconciles".into(), self.reconcile(false)));
@@ -752,6 +758,11 @@ impl State {
             .collect();
         for p in RUNNING {
             let paused = self.pipelines[p] || self.late.iter().any(|l| l.id == p && l.enter);
+            if paused && self.gsp.metadata.finalizers.is_none() {
+                return Err(format!(
+                    "{p} is in maintenance mode (or about to be) and GKO's finalizer is not on"
+                ));
+            }
             if paused && !recorded.contains(p) {
                 return Err(format!(
                     "{p} is in maintenance mode (or about to be) and the status does not record it"
@@ -1106,6 +1117,20 @@ fn the_engine_before_the_ledger_leaves_a_pipeline_paused() {
             late: 1,
         },
         "no good end in a fault-free run|does not record it",
+    );
+}
+
+#[test]
+fn pausing_before_the_finalizer_is_on_is_caught() {
+    bites(
+        Mutant::PauseBeforeFinalizer,
+        Budget {
+            crashes: 0,
+            outages: 0,
+            conflicts: 1,
+            late: 0,
+        },
+        "finalizer is not on",
     );
 }
 

@@ -38,11 +38,13 @@ pub(crate) enum Mutant {
     IgnoreGate,
     /// PrePull goes on to the drain while a pull is still under way.
     DrainBeforePulled,
+    /// Drain asks pipelines into maintenance mode before GKO's finalizer is on.
+    PauseBeforeFinalizer,
 }
 
 impl Mutant {
     #[cfg(all(not(test), feature = "test-hooks"))]
-    const ALL: [Mutant; 13] = [
+    const ALL: [Mutant; 14] = [
         Mutant::OldResume,
         Mutant::PauseBeforeRecord,
         Mutant::PatchBeforeDrained,
@@ -56,6 +58,7 @@ impl Mutant {
         Mutant::PullPolicy,
         Mutant::IgnoreGate,
         Mutant::DrainBeforePulled,
+        Mutant::PauseBeforeFinalizer,
     ];
 }
 

@@ -165,6 +165,15 @@ pub(super) fn drain(
         d.requeue_at(&deadline, now);
         return;
     };
+    // Nothing is paused (nor any image changed after the drain) before GKO's finalizer is on: deleting
+    // the resource must resume what GKO paused. It went on with an earlier write (the pre-pull's, or
+    // this step's first); the listing goes on meanwhile.
+    if !has_finalizer(gsp) && !mutated(Mutant::PauseBeforeFinalizer) {
+        d.status.message = Some("putting GKO's finalizer on the GluesyncPlatform".into());
+        d.corehub = drain_work(obs, epoch, u, vec![]);
+        d.requeue(std::time::Duration::from_millis(200));
+        return;
+    }
     // Each once, in the order Core Hub lists them: an id listed twice is recorded and asked once.
     let mut seen = std::collections::HashSet::with_capacity(list.len());
     let running: Vec<PipelineId> = list
@@ -234,6 +243,14 @@ pub(super) fn drain(
     ));
     d.corehub = drain_work(obs, epoch, u, running);
     d.requeue_at(&deadline, now);
+}
+
+fn has_finalizer(gsp: &GluesyncPlatform) -> bool {
+    gsp.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == crate::api::FINALIZER)
 }
 
 fn drain_timeout(

@@ -307,18 +307,8 @@ pub(super) fn snapshot(
         }
     }
     if super::rollout::core_hub_changes(u) {
-        // Nothing is paused before the finalizer is on: deleting the resource must resume what GKO paused.
-        if !gsp
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == crate::api::FINALIZER)
-        {
-            d.status.message = Some("putting GKO's finalizer on the GluesyncPlatform".into());
-            d.requeue(std::time::Duration::from_millis(200));
-            return;
-        }
+        // GKO's finalizer goes on with the next write (see `decide_now`); the drain asks nothing
+        // before it is on.
         d.status.message = Some("putting running pipelines into maintenance mode".into());
         super::prepull::after_snapshot(gsp, obs, u, UpdateStep::Drain, d);
     } else {

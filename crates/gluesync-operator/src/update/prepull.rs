@@ -8,9 +8,9 @@
 //! the image is on the node). The step `PrePull` waits until every pod's image is on its node, then goes
 //! on to the gates (approval, windows) and the drain. A pull that fails (ErrImagePull,
 //! ImagePullBackOff, InvalidImageName...) or does not end within `prePull.timeoutSeconds`, and a pod the
-//! API server refuses to create, refuse the update with nothing paused or changed. The pods go as soon as
-//! the step ends, whatever ended it; a GKO that takes over deletes any left behind (and the
-//! GluesyncPlatform's deletion takes them with it, through their owner).
+//! API server refuses to create, refuse the update with nothing paused or changed. The pods go once the
+//! pipelines run again (see `decide_now`), whatever ended the step; a GKO that takes over deletes any
+//! left behind (and the GluesyncPlatform's deletion takes them with it, through their owner).
 
 use std::collections::BTreeMap;
 
@@ -221,14 +221,14 @@ fn untouched(why: String) -> String {
     format!("{why}; nothing was paused or changed")
 }
 
-/// Outside the step `PrePull`, this platform's pre-pull pods are deleted (a GKO that stopped between
-/// the step's end and their deletion leaves them to the next decision).
-pub(super) fn clean(gsp: &GluesyncPlatform, obs: &Observed, in_step: bool, d: &mut Decision) {
-    if in_step {
+/// Unless `keep` (the pre-pull runs, or the pipelines are paused), this platform's pre-pull pods are
+/// deleted (a GKO that stopped before their deletion leaves them to the next decision).
+pub(super) fn clean(gsp: &GluesyncPlatform, obs: &Observed, keep: bool, d: &mut Decision) {
+    if keep {
         return;
     }
     for p in observed(gsp, obs).filter(|p| !matches!(p.state, PullState::Refused(..))) {
-        d.actions.push(Action::DeletePod(p.name.clone()));
+        d.actions.push(Action::DeletePrePull(p.name.clone()));
     }
 }
 

@@ -300,16 +300,31 @@ fn nothing_is_paused_before_the_finalizer_is_on() {
     for _ in 0..6 {
         let d = world.step(&mut g, 0);
         asked |= d.actions.first() == Some(&Action::AddFinalizer);
-        assert!(d.corehub.is_none());
+        assert!(
+            d.corehub.as_ref().is_none_or(|w| w.enter.is_empty()),
+            "asked to pause without the finalizer: {:?}",
+            d.corehub
+        );
         g.metadata.finalizers = None; // every finalizer write fails
     }
     assert!(asked);
-    assert_eq!(update(&g).step.name(), Snapshot, "waits for the finalizer");
+    // The drain lists meanwhile, and waits for the finalizer.
+    assert_eq!(
+        update(&g).step.name(),
+        Drain,
+        "waits for the finalizer in Drain"
+    );
+    assert_eq!(
+        g.status.as_ref().unwrap().message.as_deref(),
+        Some("putting GKO's finalizer on the GluesyncPlatform")
+    );
     assert_eq!(world.hub.enters.len(), 0);
-    // Once it is on, the drain starts.
+    assert!(g.status.as_ref().unwrap().paused_pipelines.is_empty());
+    // Once it is on, the drain asks.
     g.metadata.finalizers = Some(vec![FINALIZER.into()]);
     world.step(&mut g, 0);
-    assert_eq!(update(&g).step.name(), Drain);
+    world.step(&mut g, 0);
+    assert_eq!(world.hub.enters.len(), 1, "{:?}", world.hub.enters);
 }
 
 /// A platform at 2.3.2.1 asked for 2.3.2.2, taken to Drain, with these pipelines.
@@ -1992,7 +2007,9 @@ fn the_new_core_hub_and_agent_images_are_pulled_on_their_nodes_before_the_drain(
     );
     assert_eq!(update(&g).step.name(), Drain);
     world.step(&mut g, 21);
-    assert!(world.pre_pulls.is_empty(), "{:?}", world.pre_pulls);
+    // The pods (their pulls done) stay while the pipelines are paused: see
+    // the_finalizer_follows_the_pre_pull_pods_which_go_once_the_pipelines_run_again.
+    assert_eq!(world.pre_pulls.len(), 2, "{:?}", world.pre_pulls);
     assert!(
         update(&g)
             .steps
@@ -2120,6 +2137,104 @@ fn a_pull_that_does_not_end_in_time_or_a_pod_refused_refuses_the_update() {
     );
 }
 
+/// Preflight and Snapshot change nothing and make no action (they pass through unwritten); the
+/// pre-pull's first decision makes its pods, then puts GKO's finalizer on (their pulls start a write
+/// earlier); the pods stay while the pipelines are paused and go once they run again.
+#[test]
+fn the_finalizer_follows_the_pre_pull_pods_which_go_once_the_pipelines_run_again() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    g.metadata.finalizers = None;
+    let mut pulled = false;
+    for _ in 0..10 {
+        let before = update_step(&g);
+        let d = world.step(&mut g, 0);
+        if matches!(before, None | Some(Preflight) | Some(Snapshot)) {
+            assert!(d.actions.is_empty(), "{before:?} acted: {:?}", d.actions);
+        }
+        if before == Some(PrePull) {
+            let kinds: Vec<&str> = d
+                .actions
+                .iter()
+                .map(|a| match a {
+                    Action::CreatePod(_) => "create",
+                    Action::AddFinalizer => "finalizer",
+                    _ => "other",
+                })
+                .collect();
+            assert_eq!(kinds, ["create", "create", "finalizer"], "{:?}", d.actions);
+            pulled = true;
+            break;
+        }
+    }
+    assert!(pulled, "no PrePull");
+    assert!(g.metadata.finalizers.is_some());
+    world
+        .pre_pulls
+        .iter_mut()
+        .for_each(|p| p.state = PullState::Pulled);
+    // From the drain to the resume, the pods stay; they go with the decision that sees the pipelines
+    // resumed.
+    let mut seen = std::collections::BTreeSet::new();
+    for t in (1..400).step_by(5) {
+        let step = update_step(&g);
+        match step {
+            Some(CoreHub) => world.roll_out(&g, &["core-hub", "agent-mssql"]),
+            Some(Modules) => world.roll_out(&g, &["chronos"]),
+            _ => {}
+        }
+        let d = world.step(&mut g, t);
+        let deletes = d
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::DeletePrePull(_)));
+        // A decision that ends in a step with the pipelines paused deletes nothing.
+        let after = update_step(&g);
+        if matches!(after, Some(PrePull | Drain | CoreHub | Resume)) {
+            assert!(!deletes, "pods deleted in {step:?}: {:?}", d.actions);
+        }
+        if let Some(s) = step {
+            seen.insert(format!("{s:?}"));
+        }
+        if step.is_none() {
+            break;
+        }
+    }
+    for s in ["Drain", "CoreHub", "Resume"] {
+        assert!(seen.contains(s), "{s} not gone through: {seen:?}");
+    }
+    assert!(world.pre_pulls.is_empty(), "{:?}", world.pre_pulls);
+    assert!(status(&g).update.is_none());
+}
+
+/// Only a pre-pull pod's deletion may wait for whatever write comes next: every other action is
+/// done after the status that remembers it.
+#[test]
+fn only_a_pre_pull_pods_deletion_needs_no_status_before_it() {
+    assert!(!Action::DeletePrePull("p".into()).needs_status());
+    for a in [
+        Action::DeletePod("p".into()),
+        Action::AddFinalizer,
+        Action::RemoveFinalizer,
+        Action::CreatePod(Box::default()),
+        Action::SetImage {
+            kind: crate::api::WorkloadKind::StatefulSet,
+            name: "w".into(),
+            container: "c".into(),
+            image: "i".into(),
+        },
+    ] {
+        assert!(a.needs_status(), "{a:?}");
+    }
+}
+
+fn update_step(g: &GluesyncPlatform) -> Option<UpdateStep> {
+    g.status
+        .as_ref()
+        .and_then(|s| s.update.as_ref())
+        .map(|u| u.step.name())
+}
+
 #[test]
 fn a_gko_that_takes_over_mid_pull_carries_on_and_leftover_pods_go() {
     use crate::update::observed::PullState;
@@ -2145,7 +2260,7 @@ fn a_gko_that_takes_over_mid_pull_carries_on_and_leftover_pods_go() {
     let deleted: Vec<&Action> = d
         .actions
         .iter()
-        .filter(|a| matches!(a, Action::DeletePod(_)))
+        .filter(|a| matches!(a, Action::DeletePrePull(_)))
         .collect();
     assert_eq!(deleted.len(), made.len(), "{:?}", d.actions);
 }
