@@ -185,6 +185,8 @@ impl Hub {
                 self.pipelines.insert(id.clone(), false);
             }
         }
+        // As the worker does: the pipelines asked in this epoch (inherited ones too) with each listing.
+        self.report.entered = self.entered.len();
         self.report.listing = Some(Listing {
             at: ms(now, 1),
             result: Ok(std::sync::Arc::new(

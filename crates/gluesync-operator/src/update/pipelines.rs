@@ -306,7 +306,16 @@ fn drain_timeout(
 
 /// What of the ledger Core Hub has resumed: asked out this epoch, and listed running (or not listed at
 /// all) by a list fetched after the request was sent. Late arrivals go back into the ledger.
-fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<PipelineId> {
+/// `drained_before`: the update's drain saw every ledger pipeline outside `lateMaintenance` in
+/// maintenance mode, and its Resume began then; a listing taken after that which shows one out of
+/// maintenance mode releases it, whoever asked it out (a GKO that stopped mid-Resume, or the user), so
+/// a GKO taking over does not ask it out a second time.
+fn settle_ledger(
+    obs: &Observed,
+    epoch: &str,
+    d: &mut Decision,
+    drained_before: Option<&Time>,
+) -> Vec<PipelineId> {
     let Some(Listing {
         at,
         result: Ok(list),
@@ -326,6 +335,17 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<PipelineI
         };
         d.status.paused_pipelines.extend(landed);
     }
+    // A pipeline whose enter may still land late is released only once this GKO asked it out.
+    let late: Vec<PipelineId> = d
+        .status
+        .late_maintenance
+        .as_ref()
+        .map(|l| l.pipelines.to_vec())
+        .unwrap_or_default();
+    let late = IdSet::new(&late);
+    let out_since_drained = |id: &PipelineId| {
+        drained_before.is_some_and(|since| at.0 > since.0) && !late.contains(id.as_str())
+    };
     // In maintenance mode, or not: a pipeline Core Hub no longer lists is not in maintenance mode.
     let (released, owed): (Vec<PipelineId>, Vec<PipelineId>) =
         d.status.paused_pipelines.iter().cloned().partition(|id| {
@@ -334,6 +354,7 @@ fn settle_ledger(obs: &Observed, epoch: &str, d: &mut Decision) -> Vec<PipelineI
                 .exits
                 .get(id)
                 .is_some_and(|asked| asked.0 < at.0)
+                || out_since_drained(id)
                 || mutated(Mutant::OldResume);
             asked_out && !paused.contains(id.as_str())
         });
@@ -356,7 +377,10 @@ pub(super) fn resume(
     } else {
         UpdateStep::Modules
     };
-    let released = settle_ledger(obs, &epoch, d);
+    // Past CoreHub, the drain saw every ledger pipeline in maintenance mode (but the late ones).
+    let drained = u.steps.iter().any(|s| s.step == UpdateStep::CoreHub);
+    let since = u.step.since().clone();
+    let released = settle_ledger(obs, &epoch, d, drained.then_some(&since));
     u.resumed_pipelines.extend(released);
     let owed = &d.status.paused_pipelines;
     if owed.is_empty() {
@@ -396,7 +420,16 @@ pub(super) fn resume(
         ),
         None => format!("taking {} pipelines out of maintenance mode", owed.len()),
     });
-    d.corehub = work(obs, epoch, PipelineList::new(), owed.clone(), POLL_FAST);
+    // A GKO taking over in Resume (its worker asked nothing into maintenance mode this update) lists
+    // before it asks: the pipelines the GKO before it took out are running, and are asked once.
+    let took_over = obs.corehub.epoch != epoch || obs.corehub.entered == 0;
+    let listed = listing(obs, &epoch, Some(&since)).is_some();
+    let exit = if drained && took_over && !listed {
+        PipelineList::new()
+    } else {
+        owed.clone()
+    };
+    d.corehub = work(obs, epoch, PipelineList::new(), exit, POLL_FAST);
     d.requeue_at(&deadline, now);
 }
 
@@ -416,7 +449,7 @@ pub(super) fn ledger(
         .as_ref()
         .map_or(LEFTOVERS.to_string(), epoch);
     let before = d.status.paused_pipelines.len();
-    let released = settle_ledger(obs, &epoch, d);
+    let released = settle_ledger(obs, &epoch, d, None);
     if let Some(late) = &d.status.late_maintenance
         && passed(&late.until, now)
     {

@@ -424,6 +424,53 @@ fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
     each_asked_once(&mut g, &mut world);
 }
 
+/// A GKO taking over during Resume lists before it asks: the pipelines the GKO before it took out of
+/// maintenance mode are running and are not asked out a second time; one still in maintenance mode
+/// (its request not sent yet) is asked out, once.
+#[test]
+fn a_gko_taking_over_during_resume_asks_each_pipeline_out_once() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a", "b", "c"], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 1);
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    world.step(&mut g, 2);
+    world.until(&mut g, 13, Resume);
+    assert_eq!(world.hub.exits.len(), 0, "{:?}", world.hub.exits);
+    // The first GKO asks them out; Core Hub applies a and b, and c's request is lost with the GKO.
+    let d = world.step(&mut g, 13);
+    assert_eq!(d.corehub.as_ref().unwrap().exit.len(), 3);
+    world.hub.pipelines.insert("c".into(), true);
+    world.hub.exits.remove("c");
+    // A new GKO: its worker knows nothing of this update; the status still owes all three.
+    let owed: Vec<PipelineId> = vec!["a".into(), "b".into(), "c".into()];
+    g.status.as_mut().unwrap().paused_pipelines = owed.into();
+    world.hub.report = Report::default();
+    world.hub.entered.clear();
+    let d = world.step(&mut g, 14);
+    assert!(
+        d.corehub.as_ref().unwrap().exit.is_empty(),
+        "asked out before it listed: {:?}",
+        d.corehub
+    );
+    for t in 14..100 {
+        if update_step(&g) == Some(Modules) {
+            world.roll_out(&g, &["chronos"]);
+        }
+        world.step(&mut g, t);
+        if status(&g).update.is_none() {
+            break;
+        }
+    }
+    assert!(status(&g).update.is_none(), "the update did not end");
+    assert_eq!(
+        world.hub.exits,
+        [("a".into(), 1), ("b".into(), 1), ("c".into(), 1)].into(),
+        "each pipeline asked out once"
+    );
+    assert!(world.hub.in_maintenance().is_empty());
+    assert!(status(&g).paused_pipelines.is_empty());
+}
+
 #[test]
 fn a_drain_written_without_its_record_of_asked_pipelines_asks_none_of_the_ledgers_again() {
     // The GKO that asked was a release that kept no record of what Drain asked (0.3.0): this GKO reads
