@@ -235,6 +235,7 @@ fn start_chart_gko(ns: &TestNamespace, extra: &[(&str, &str)]) -> anyhow::Result
             kubeconfig: Some(kubeconfig_path),
             env,
             conductor_addr: Some(format!("127.0.0.1:{port}")),
+            ..Default::default()
         },
     )?;
     // The Service's name, verified against the chart's certificate.

@@ -201,17 +201,38 @@ async fn a_gko_killed_mid_pull_leaves_the_next_one_to_finish_with_the_same_pods(
     assert_eq!(step_of(&g), Some(UpdateStep::PrePull), "killed mid-pull");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let _next = Gko::spawn(&ns, GkoOptions::default())?;
-    // The next GKO carries on from the status with the pods that are there: none is made again.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let g = platforms(&ns).get("gluesync").await?;
-    if step_of(&g) == Some(UpdateStep::PrePull) {
-        assert_eq!(uids(pre_pull_pods(&ns).await?), made);
-    }
-    assert!(
-        sim.calls().enter.is_empty(),
-        "nothing paused during the pull"
-    );
-    let g = wait_finished(&ns, 2).await?;
+    // The next GKO carries on from the status with the pods that are there: none is made again, from
+    // the restart to the end of the update (the pods stay until the pipelines run again).
+    let mut polls = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let g = loop {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "the update did not end"
+        );
+        let pods = uids(pre_pull_pods(&ns).await?);
+        assert!(
+            pods.is_subset(&made),
+            "a pod made again: {pods:?}, made {made:?}"
+        );
+        let g = platforms(&ns).get("gluesync").await?;
+        if step_of(&g) == Some(UpdateStep::PrePull) {
+            assert!(
+                sim.calls().enter.is_empty(),
+                "nothing paused during the pull"
+            );
+            polls += 1;
+        }
+        if g.status
+            .as_ref()
+            .is_some_and(|s| s.update.is_none() && !s.history.is_empty())
+        {
+            break g;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(polls > 0, "the next GKO was never seen pulling");
+    let g = wait_finished(&ns, g.metadata.generation.unwrap_or(2)).await?;
     let status = g.status.clone().unwrap();
     let attempt = status.last_attempt.clone().unwrap();
     assert_eq!(attempt.result, UpdateResult::Succeeded, "{attempt:?}");

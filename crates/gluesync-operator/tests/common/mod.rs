@@ -323,6 +323,9 @@ pub struct GkoOptions {
     pub env: Vec<(String, String)>,
     /// Where it serves the Conductor API (default: it serves none).
     pub conductor_addr: Option<String>,
+    /// Another build of GKO to run (a previous release's, see `hack/previous-release.sh`); this one
+    /// when `None`.
+    pub binary: Option<std::path::PathBuf>,
 }
 
 impl Gko {
@@ -341,9 +344,13 @@ impl Gko {
             .local_addr()?
             .port();
         // (These helpers are shared with the plugin's tests, which start GKO in-process only.)
-        let Some(binary) = option_env!("CARGO_BIN_EXE_gluesync-operator") else {
+        let Some(this) = option_env!("CARGO_BIN_EXE_gluesync-operator") else {
             anyhow::bail!("GKO as a process is started by gluesync-operator's own tests only");
         };
+        let binary = options
+            .binary
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from(this));
         let mut cmd = std::process::Command::new(binary);
         cmd.args([
             "run",
