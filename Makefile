@@ -1,5 +1,5 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench heap heap-write fuzz chaos crd reference model-check cluster-up cluster-down release plugin
+.PHONY: demo test bench heap heap-write fuzz chaos crd reference model-check mutants cluster-up cluster-down release plugin
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
@@ -21,6 +21,10 @@ chaos:
 model-check:
 	GKO_MODEL_STATES=$${GKO_MODEL_STATES:-2000000} GKO_MODEL_CRASHES=$${GKO_MODEL_CRASHES:-3} \
 	  cargo test --release -p gluesync-operator --lib update::model -- --include-ignored --nocapture
+
+## Mutation testing of the update engine (cargo-mutants; hours for every file: FILES=<paths> for some).
+mutants:
+	hack/mutants.sh $(FILES)
 
 ## Write the CRD generated from the Rust types into the chart (deploy/crd.yaml links to it), and the
 ## reference generated from it.

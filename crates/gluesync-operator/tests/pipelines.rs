@@ -204,7 +204,9 @@ async fn delete_and_wait_gone(ns: &gko_test_support::TestNamespace) -> anyhow::R
 async fn deleting_the_platform_during_drain_resumes_every_pipeline() -> anyhow::Result<()> {
     let ns = namespace("delete-drain").await?;
     let sim = simulator_with_many().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
+    // The requests the drain sent that have not landed are watched for max(drainTimeoutSeconds, 60) s
+    // after the deletion: the resource goes once each landed and was taken out, or the watch ended.
+    install_with_simulator(&ns, &sim, json!({"drainTimeoutSeconds": 30}))?;
     let _gko = Operator::start(&ns);
     wait_settled(&ns).await?;
 

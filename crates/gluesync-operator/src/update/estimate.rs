@@ -72,3 +72,24 @@ pub fn update_seconds(
     };
     Some((whole, paused, n))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use UpdateStep::*;
+
+    #[test]
+    fn the_steps_left_are_those_of_the_update_path_from_the_step_on() {
+        assert_eq!(
+            steps_from(Preflight, true),
+            [Preflight, Snapshot, Drain, CoreHub, Resume, Modules]
+        );
+        assert_eq!(steps_from(CoreHub, true), [CoreHub, Resume, Modules]);
+        assert_eq!(steps_from(Preflight, false), [Preflight, Snapshot, Modules]);
+        assert_eq!(steps_from(Modules, false), [Modules]);
+        assert_eq!(
+            steps_from(CoreHubRollback, true),
+            [CoreHubRollback, Resume, Modules]
+        );
+    }
+}

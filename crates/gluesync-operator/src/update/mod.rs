@@ -338,7 +338,7 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     };
     let mut d = Decision::new(status);
     if gsp.metadata.deletion_timestamp.is_some() {
-        cancel_for_deletion(gsp, &mut u, &obs.now, &mut d);
+        cancel_for_deletion(gsp, obs, &mut u, &mut d);
     }
     let name = u.step.name();
     match name {
@@ -396,7 +396,13 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
 /// A deleted platform's update stops where it is safe to stop: nothing new is changed, a half-made Core
 /// Hub change is put back, and the paused pipelines are resumed; then the update finishes and the
 /// finalizer goes. A module being rolled out is left to finish its own rollout.
-fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time, d: &mut Decision) {
+fn cancel_for_deletion(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &mut UpdateStatus,
+    d: &mut Decision,
+) {
+    let now = &obs.now;
     let why = "the GluesyncPlatform is being deleted".to_string();
     // The result says what the update did, as for any other: Refused while Core Hub was not changed yet,
     // Failed once its change is put back, Degraded when Core Hub was updated and modules were left.
@@ -406,7 +412,11 @@ fn cancel_for_deletion(gsp: &GluesyncPlatform, u: &mut UpdateStatus, now: &Time,
         | UpdateStep::PrePull
         | UpdateStep::Waiting => Some((UpdateStep::Finish, UpdateResult::Refused)),
         UpdateStep::Modules => Some((UpdateStep::Finish, UpdateResult::Degraded)),
-        UpdateStep::Drain => Some((UpdateStep::Resume, UpdateResult::Refused)),
+        UpdateStep::Drain => {
+            // Its requests may still land: they are watched for, as after a drain timeout.
+            pipelines::drain_cancelled(gsp, obs, u, d);
+            Some((UpdateStep::Resume, UpdateResult::Refused))
+        }
         UpdateStep::CoreHub => {
             let patched = rollout::start_core_rollback(u);
             Some(if patched {
@@ -577,11 +587,20 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     if d.status.self_update.is_none() && obs.access_problem.is_none() {
         disaster::carry_on(gsp, obs, &mut d);
     }
-    let deadline = gsp
-        .metadata
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| plus(t, gsp.spec.drain_timeout_seconds));
+    // A deleted platform gives Core Hub drainTimeoutSeconds to resume the pipelines, and waits for the
+    // watch for maintenance requests Core Hub applies late to end (it is bounded, and a request landing
+    // after the platform went would leave its pipeline paused).
+    let deadline = gsp.metadata.deletion_timestamp.as_ref().map(|t| {
+        let resume_by = plus(t, gsp.spec.drain_timeout_seconds);
+        match gsp
+            .status
+            .as_ref()
+            .and_then(|s| s.late_maintenance.as_ref())
+        {
+            Some(late) if late.until.0 > resume_by.0 => late.until.clone(),
+            _ => resume_by,
+        }
+    });
     pipelines::ledger(gsp, obs, &mut d, deadline.as_ref());
     prepull::clean(gsp, obs, false, &mut d);
     // A deleted platform waits for GKO's own update and a disaster-recovery teardown to end, however
@@ -590,8 +609,8 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     let others_settled =
         d.status.self_update.is_none() && disaster::settled(d.status.disaster_recovery.as_ref());
     let settled = others_settled
-        && d.status.paused_pipelines.is_empty()
-        && d.status.late_maintenance.is_none();
+        && ((d.status.paused_pipelines.is_empty() && d.status.late_maintenance.is_none())
+            || (deleting && mutated(Mutant::LetGoWithPaused)));
     let has_finalizer = gsp.finalizers().iter().any(|f| f == FINALIZER);
     if !has_finalizer && !deleting && !disaster::settled(d.status.disaster_recovery.as_ref()) {
         // A setup in place is put back before the platform goes.
@@ -647,6 +666,17 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             d.corehub = None;
         }
         d.actions.push(Action::RemoveFinalizer);
+    } else if deleting
+        && has_finalizer
+        && d.status.paused_pipelines.is_empty()
+        && let Some(late) = &d.status.late_maintenance
+    {
+        d.status.message = Some(format!(
+            "the GluesyncPlatform is being deleted; GKO keeps it until {} to take out of maintenance \
+             mode any of {} pipelines whose maintenance request Core Hub applies late",
+            late.until.0,
+            late.pipelines.len()
+        ));
     }
     if let Some(wait) = window_wait {
         gate::show_start_wait(gsp, &obs.now, wait, &mut d);

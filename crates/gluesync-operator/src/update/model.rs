@@ -20,6 +20,14 @@
 //!   Degraded, Failed or Refused, with one history entry, every pipeline that was running runs again, the
 //!   one the user paused stays paused, nothing is left in the ledger, the finalizer is gone, a Refused
 //!   update changed no image, and the phase follows the product docs' table.
+//! - with the user deleting the GluesyncPlatform at any point ([`Gate::Deletion`]): it goes only once
+//!   every pipeline that was running runs again, or `drainTimeoutSeconds` after the deletion (Core Hub
+//!   out of reach); once gone, Core Hub's pods run its image and, Core Hub in reach, no pipeline that was
+//!   running is left in maintenance mode.
+//! - with two modules ([`Gate::Modules`]), the first one's new image crash-looping or not: a module's
+//!   image changes only in the step Modules, while every other module is ready on its image; Succeeded
+//!   leaves each on its new image, Degraded none on an image that does not come up, Failed and Refused
+//!   each on its old one.
 //!
 //! Breadth-first, so a violation comes with its shortest history, printed as a readable sequence of
 //! events.
@@ -41,6 +49,19 @@ const RUNNING: [&str; 2] = ["p1", "p2"];
 const USER_PAUSED: &str = "u1";
 const OLD: &str = "molo17/gluesync-core-hub:2.3.2.1";
 const NEW: &str = "molo17/gluesync-core-hub:2.3.2.2";
+/// The modules of the model world (under [`Gate::Modules`]): name, image before, image after.
+const MODULES: [(&str, &str, &str); 2] = [
+    (
+        "chronos",
+        "molo17/gluesync-chronos:1.0.0",
+        "molo17/gluesync-chronos:1.1.0",
+    ),
+    (
+        "grafana",
+        "molo17/gluesync-grafana:1.0.0",
+        "molo17/gluesync-grafana:1.1.0",
+    ),
+];
 /// A request Core Hub accepts late lands within this many seconds.
 const LATE: i64 = 8;
 /// No time passes beyond this (seconds after the update was asked for).
@@ -61,6 +82,36 @@ enum Fate {
     Ready,
     CrashLoop,
     Unpullable,
+}
+
+/// A module's workload: its image, the image its pods run, and what its new image does.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Module {
+    image: String,
+    pods: String,
+    fate: Fate,
+    /// An update planned its new image (without the catalog's answer it has none to plan).
+    planned: bool,
+}
+
+impl Module {
+    fn new_image(name: &str) -> &'static str {
+        MODULES.iter().find(|m| m.0 == name).map_or("", |m| m.2)
+    }
+
+    fn old_image(name: &str) -> &'static str {
+        MODULES.iter().find(|m| m.0 == name).map_or("", |m| m.1)
+    }
+
+    /// Its pods fail: they run the new image, which does not come up.
+    fn failing(&self, name: &str) -> bool {
+        self.pods == Module::new_image(name) && self.fate != Fate::Ready
+    }
+
+    /// Its workload is ready: every pod runs its image and is ready.
+    fn ready(&self, name: &str) -> bool {
+        self.pods == self.image && !self.failing(name)
+    }
 }
 
 /// A maintenance request Core Hub accepted and applies by `by`.
@@ -96,6 +147,13 @@ enum Gate {
     /// Not a gate: Core Hub's pod runs on a node, so the update pre-pulls the new image there before
     /// its drain (the pull succeeds, or fails for an unpullable image).
     PrePull,
+    /// Not a gate: two modules beside Core Hub, which the catalog has newer versions of; they are
+    /// updated one by one after Core Hub, and the first one's new image may crash-loop.
+    Modules,
+    /// Not a gate: the user may delete the GluesyncPlatform at any point, once. It goes when GKO takes
+    /// its finalizer off (at once if the finalizer is not on); then GKO and its worker stop for it, and
+    /// its pre-pull pods go with it (their owner).
+    Deletion,
 }
 
 /// When the model's window opens.
@@ -123,6 +181,15 @@ struct State {
     pulls: BTreeMap<String, crate::update::observed::PullState>,
     /// The new image is on the node (a pre-pull pod pulled it).
     pulled: bool,
+    /// The GluesyncPlatform is gone (deleted, its finalizer off).
+    gone: bool,
+    /// It went while a pipeline that was running was in maintenance mode, past the deadline GKO gives
+    /// Core Hub to resume them (`drainTimeoutSeconds` after the deletion).
+    gave_up: bool,
+    /// Core Hub was down at some point.
+    outage_seen: bool,
+    /// The modules, by name (under [`Gate::Modules`]).
+    modules: BTreeMap<String, Module>,
 }
 
 fn time(now: i64, seq: i64) -> Time {
@@ -130,7 +197,7 @@ fn time(now: i64, seq: i64) -> Time {
 }
 
 impl State {
-    fn initial(fate: Fate, budget: Budget, gate: Option<Gate>) -> State {
+    fn initial(fate: Fate, module_fate: Fate, budget: Budget, gate: Option<Gate>) -> State {
         let spec = |v: &str| {
             let mut spec = serde_json::json!({
                 "version": v,
@@ -149,7 +216,7 @@ impl State {
                         serde_json::json!([{"start": "08:01", "durationMinutes": 1}]);
                 }
                 Some(Gate::PrePull) => spec["prePull"] = serde_json::json!({"timeoutSeconds": 10}),
-                None => {}
+                Some(Gate::Deletion | Gate::Modules) | None => {}
             }
             serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap()
         };
@@ -178,6 +245,30 @@ impl State {
             image_changed: false,
             pulls: BTreeMap::new(),
             pulled: false,
+            gone: false,
+            gave_up: false,
+            outage_seen: false,
+            modules: if gate == Some(Gate::Modules) {
+                MODULES
+                    .iter()
+                    .map(|(name, old, _)| {
+                        let module = Module {
+                            image: old.to_string(),
+                            pods: old.to_string(),
+                            // The first module's new image does what the run says; the others come up.
+                            fate: if *name == MODULES[0].0 {
+                                module_fate
+                            } else {
+                                Fate::Ready
+                            },
+                            planned: false,
+                        };
+                        (name.to_string(), module)
+                    })
+                    .collect()
+            } else {
+                BTreeMap::new()
+            },
         };
         // Settled at 2.3.2.1, with the catalog saying 2.3.2.2 is available; then the spec asks for it.
         let mut status = crate::update::status::idle(&gsp, &s.workloads(), &time(0, 0));
@@ -204,7 +295,12 @@ impl State {
         let mut k = String::with_capacity(2048);
         let _ = write!(
             k,
-            "{:?}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            "{:?}|{}{}{}|{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            self.gsp.metadata.deletion_timestamp,
+            self.gone,
+            self.gave_up,
+            self.outage_seen,
+            self.modules,
             self.pulls,
             self.pulled,
             self.approved,
@@ -234,7 +330,10 @@ impl State {
     fn progress(&self) -> String {
         let g = &self.gko;
         format!(
-            "{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            "{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            self.modules,
+            self.gsp.metadata.deletion_timestamp,
+            self.gone,
             self.pulls,
             self.now,
             serde_json::to_string(&self.gsp.status).unwrap_or_default(),
@@ -291,6 +390,37 @@ impl State {
                 dr_mark: None,
             }],
         }]
+        .into_iter()
+        .chain(self.modules.iter().map(|(name, m)| {
+            let failing = m.failing(name);
+            Workload {
+                kind: WorkloadKind::Deployment,
+                name: name.clone(),
+                uid: format!("{name}-uid"),
+                component_type: Some(ComponentType::Module),
+                label_value: "module".into(),
+                container: Some("c".into()),
+                image: m.image.clone(),
+                ready: m.ready(name),
+                progress_deadline_exceeded: false,
+                rollout_blocker: None,
+                self_update_mark: None,
+                template: Box::default(),
+                selector: Default::default(),
+                pods: vec![PodView {
+                    name: format!("{name}-0"),
+                    uid: format!("pod-{}", m.pods),
+                    image: m.pods.clone(),
+                    ready: !failing,
+                    waiting: failing
+                        .then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string())),
+                    restarts: i32::from(failing),
+                    node: None,
+                    dr_mark: None,
+                }],
+            }
+        }))
+        .collect()
     }
 
     fn pre_pulls(&self) -> Vec<crate::update::observed::PrePullPod> {
@@ -366,6 +496,13 @@ impl State {
             }
             s.gsp.status = Some(d.status.clone());
         }
+        for c in d.status.update.iter().flat_map(|u| &u.components) {
+            if c.to_image.is_some()
+                && let Some(m) = s.modules.get_mut(&c.name)
+            {
+                m.planned = true;
+            }
+        }
         // As the controller does: the background work is handed over with the status written, and the
         // actions are carried out after it.
         s.gko.actions = d.actions;
@@ -384,6 +521,13 @@ impl State {
         Ok(())
     }
 
+    /// The deleted GluesyncPlatform goes: GKO and its worker stop for it, its pre-pull pods go with it.
+    fn go(&mut self) {
+        self.gone = true;
+        self.gko = Process::default();
+        self.pulls.clear();
+    }
+
     fn hand_off(&mut self) {
         if let Some((work, check)) = self.gko.handoff.take() {
             self.gko.work = work;
@@ -398,6 +542,31 @@ impl State {
 
     fn apply_checked(&mut self, action: &Action, checking: bool) -> Result<(), String> {
         match action {
+            // (Checked in a fair run too: the step Modules lies deep in every history.)
+            Action::SetImage { name, image, .. } if self.modules.contains_key(name) => {
+                {
+                    let step = self.status().update.map(|u| u.step.name());
+                    if step != Some(UpdateStep::Modules) {
+                        return Err(format!(
+                            "module {name}'s image changed in step {step:?}, not Modules"
+                        ));
+                    }
+                    if let Some((other, _)) = self
+                        .modules
+                        .iter()
+                        .find(|(other, m)| *other != name && !m.ready(other))
+                    {
+                        return Err(format!(
+                            "module {name}'s image changed while module {other} was not ready on its own"
+                        ));
+                    }
+                }
+                let m = self.modules.get_mut(name).expect("a module");
+                if *image != m.image {
+                    self.image_changed = true;
+                }
+                m.image = image.clone();
+            }
             Action::SetImage { image, .. } => {
                 if checking && image == NEW {
                     let out: Vec<&str> = RUNNING
@@ -434,7 +603,30 @@ impl State {
             Action::AddFinalizer => {
                 self.gsp.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()])
             }
-            Action::RemoveFinalizer => self.gsp.metadata.finalizers = None,
+            Action::RemoveFinalizer => {
+                self.gsp.metadata.finalizers = None;
+                if let Some(deleted) = &self.gsp.metadata.deletion_timestamp {
+                    let deadline =
+                        deleted.0.as_second() - 1_800_000_000 + self.gsp.spec.drain_timeout_seconds;
+                    let paused: Vec<&str> = RUNNING
+                        .iter()
+                        .filter(|p| {
+                            self.pipelines[**p] || self.late.iter().any(|l| l.id == **p && l.enter)
+                        })
+                        .copied()
+                        .collect();
+                    if !paused.is_empty() {
+                        if self.now < deadline {
+                            return Err(format!(
+                                "the GluesyncPlatform went with {paused:?} in maintenance mode, before \
+                                 drainTimeoutSeconds gave Core Hub the time to resume them"
+                            ));
+                        }
+                        self.gave_up = true;
+                    }
+                    self.go();
+                }
+            }
             Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::RemoveMade(..) => {
                 return Err("a disaster-recovery action in a world without a pair".into());
             }
@@ -593,6 +785,14 @@ impl State {
         deadlines.extend(status.late_maintenance.as_ref().map(|l| secs(&l.until)));
         deadlines.extend(status.next_window.as_ref().map(secs));
         deadlines.extend(self.gko.report.exits.values().map(|t| secs(&t) + 15));
+        // A deleted platform's: the pipelines' deadline, and the last call for what else runs.
+        if let Some(deleted) = &self.gsp.metadata.deletion_timestamp {
+            let spec = &self.gsp.spec;
+            deadlines.push(secs(deleted) + spec.drain_timeout_seconds);
+            deadlines.push(
+                secs(deleted) + spec.drain_timeout_seconds + 4 * spec.stability_timeout_seconds,
+            );
+        }
         let next = deadlines.into_iter().filter(|d| *d > self.now).min()?;
         if self.late.iter().any(|l| l.by < next) {
             return None;
@@ -601,6 +801,9 @@ impl State {
     }
 
     fn successors(&self) -> Result<Vec<(String, State)>, String> {
+        if self.gone {
+            return Ok(self.world_after_the_platform());
+        }
         let mut out = vec![];
         // GKO carries out what it decided, one action at a time (a crash loses those left with the rest
         // of GKO's memory). The finalizer's write may be refused (a conflict budget's fault): GKO goes on
@@ -693,6 +896,7 @@ impl State {
             s.pods = s.image.clone();
             out.push((format!("the pods roll to {}", s.image), s));
         }
+        out.extend(self.module_rollouts());
         // Faults.
         if self.budget.crashes > 0 {
             let mut s = self.clone();
@@ -703,9 +907,19 @@ impl State {
                 s,
             ));
         }
+        // The user deletes the GluesyncPlatform; without GKO's finalizer it goes at once.
+        if self.gate == Some(Gate::Deletion) && self.gsp.metadata.deletion_timestamp.is_none() {
+            let mut s = self.clone();
+            s.gsp.metadata.deletion_timestamp = Some(s.stamp());
+            if s.gsp.metadata.finalizers.is_none() {
+                s.go();
+            }
+            out.push(("the user deletes the GluesyncPlatform".into(), s));
+        }
         if !self.down && self.budget.outages > 0 {
             let mut s = self.clone();
             s.down = true;
+            s.outage_seen = true;
             s.budget.outages -= 1;
             out.push(("Core Hub goes down".into(), s));
         }
@@ -723,6 +937,50 @@ impl State {
         Ok(out)
     }
 
+    /// What happens once the GluesyncPlatform is gone: Core Hub applies its late requests, the pods
+    /// roll, Core Hub comes back.
+    fn world_after_the_platform(&self) -> Vec<(String, State)> {
+        let mut out = vec![];
+        for (i, l) in self.late.iter().enumerate() {
+            let mut s = self.clone();
+            s.late.remove(i);
+            s.pipelines.insert(l.id.clone(), l.enter);
+            out.push((format!("Core Hub applies, late, {}'s request", l.id), s));
+        }
+        if self.pods != self.image {
+            let mut s = self.clone();
+            s.pods = s.image.clone();
+            out.push((format!("the pods roll to {}", s.image), s));
+        }
+        out.extend(self.module_rollouts());
+        if self.down {
+            let mut s = self.clone();
+            s.down = false;
+            out.push(("Core Hub is back".into(), s));
+        }
+        out
+    }
+
+    /// Kubernetes rolls a module's pods to its workload's image.
+    fn module_rollouts(&self) -> Vec<(String, State)> {
+        self.modules
+            .iter()
+            .filter(|(_, m)| m.pods != m.image)
+            .map(|(name, m)| {
+                let mut s = self.clone();
+                s.modules.get_mut(name).expect("a module").pods = m.image.clone();
+                (format!("{name}'s pods roll to {}", m.image), s)
+            })
+            .collect()
+    }
+
+    fn roll_every_pod(&mut self) {
+        self.pods = self.image.clone();
+        for m in self.modules.values_mut() {
+            m.pods = m.image.clone();
+        }
+    }
+
     /// The always-properties.
     fn check(&self) -> Result<(), String> {
         let status = self.status();
@@ -733,7 +991,7 @@ impl State {
             Some(Gate::PrePull) => {
                 (!self.pulled).then_some("before the new image was on Core Hub's node")
             }
-            None => None,
+            Some(Gate::Deletion | Gate::Modules) | None => None,
         };
         if let Some(when) = closed {
             let paused = RUNNING
@@ -758,6 +1016,10 @@ impl State {
             .collect();
         for p in RUNNING {
             let paused = self.pipelines[p] || self.late.iter().any(|l| l.id == p && l.enter);
+            // (A GluesyncPlatform that went is checked as it goes: see `RemoveFinalizer`.)
+            if self.gone {
+                break;
+            }
             if paused && self.gsp.metadata.finalizers.is_none() {
                 return Err(format!(
                     "{p} is in maintenance mode (or about to be) and GKO's finalizer is not on"
@@ -774,6 +1036,30 @@ impl State {
 
     /// The update is over and everything is as the product promises.
     fn good_end(&self, initial_phase: Option<Phase>) -> Result<bool, String> {
+        if self.gone {
+            // Whatever the update had done, its pipelines run again (unless Core Hub was out of reach
+            // past the deletion's deadline, and GKO let the platform go with them paused: the product's
+            // PipelinesNotResumed), and Core Hub's pods run its image.
+            if !self.late.is_empty()
+                || self.pods != self.image
+                || self.down
+                || self.modules.values().any(|m| m.pods != m.image)
+            {
+                return Ok(false);
+            }
+            if !self.pipelines[USER_PAUSED] {
+                return Err("the pipeline a user paused was taken out of maintenance mode".into());
+            }
+            let paused = RUNNING.iter().any(|p| self.pipelines[*p]);
+            if paused && !(self.gave_up && self.outage_seen) {
+                return Err(
+                    "the GluesyncPlatform went and a pipeline that was running is left \
+                            in maintenance mode, with Core Hub in reach"
+                        .into(),
+                );
+            }
+            return Ok(true);
+        }
         let status = self.status();
         if status.update.is_some()
             || !status.paused_pipelines.is_empty()
@@ -781,6 +1067,7 @@ impl State {
             || !self.late.is_empty()
             || self.gsp.metadata.finalizers.is_some()
             || self.pods != self.image
+            || self.modules.values().any(|m| m.pods != m.image)
             || !self.pulls.is_empty()
             || !self.gko.actions.is_empty()
         {
@@ -800,6 +1087,24 @@ impl State {
                 "{} history entries for one update",
                 status.history.len()
             ));
+        }
+        // The modules: updated only after Core Hub, one that does not come up is back on its image.
+        for (name, m) in &self.modules {
+            let on_new = m.image == Module::new_image(name);
+            if !on_new && m.image != Module::old_image(name) {
+                return Err(format!("module {name} ended on {}", m.image));
+            }
+            let wanted = match attempt.result {
+                UpdateResult::Succeeded => on_new || !m.planned,
+                UpdateResult::Degraded => !(on_new && m.fate != Fate::Ready),
+                UpdateResult::Failed | UpdateResult::Refused => m.image == Module::old_image(name),
+            };
+            if !wanted {
+                return Err(format!(
+                    "the update ended {:?} with module {name} on {} (its new image {:?})",
+                    attempt.result, m.image, m.fate
+                ));
+            }
         }
         let phase = status.phase;
         let expected = match attempt.result {
@@ -878,8 +1183,12 @@ impl State {
             for l in std::mem::take(&mut s.late) {
                 s.pipelines.insert(l.id, l.enter);
             }
+            if s.gone {
+                s.roll_every_pod();
+                continue;
+            }
             s.carry_out_all()?;
-            s.pods = s.image.clone();
+            s.roll_every_pod();
             for name in s.pulling() {
                 s.pull_ends(&name);
             }
@@ -923,7 +1232,12 @@ impl State {
 }
 
 fn catalog() -> Catalog {
-    [("gluesync-core-hub".to_string(), "2.3.2.2".to_string())].into()
+    [
+        ("gluesync-core-hub".to_string(), "2.3.2.2".to_string()),
+        ("gluesync-chronos".to_string(), "1.1.0".to_string()),
+        ("gluesync-grafana".to_string(), "1.1.0".to_string()),
+    ]
+    .into()
 }
 
 /// What a run of the checker found.
@@ -944,21 +1258,38 @@ pub fn explore(budget: Budget, max_states: usize) -> Outcome {
 
 /// [`explore`], with a gate of the user's terms in the spec.
 fn explore_with(budget: Budget, max_states: usize, gate: Option<Gate>) -> Outcome {
+    explore_fates(budget, max_states, gate, &EVERY_FATE)
+}
+
+/// [`explore_with`], from the runs whose new Core Hub pods do what `fates` name.
+fn explore_fates(budget: Budget, max_states: usize, gate: Option<Gate>, fates: &[Fate]) -> Outcome {
     let started = Instant::now();
     let mut parents: HashMap<String, (Option<String>, String)> = HashMap::new();
     let mut queue: VecDeque<(State, usize)> = VecDeque::new();
     let mut good: HashSet<String> = HashSet::new();
     let mut depth = 0;
-    for fate in [Fate::Ready, Fate::CrashLoop, Fate::Unpullable] {
-        let s = State::initial(fate, budget, gate);
-        parents.insert(
-            s.key(),
-            (
-                None,
-                format!("start: the new Core Hub pods will be {fate:?}"),
-            ),
-        );
-        queue.push_back((s, 0));
+    let module_fates: &[Fate] = if gate == Some(Gate::Modules) {
+        &[Fate::Ready, Fate::CrashLoop]
+    } else {
+        &[Fate::Ready]
+    };
+    for &fate in fates {
+        for module_fate in module_fates {
+            let s = State::initial(fate, *module_fate, budget, gate);
+            let modules = if gate == Some(Gate::Modules) {
+                format!(", {}'s {module_fate:?}", MODULES[0].0)
+            } else {
+                String::new()
+            };
+            parents.insert(
+                s.key(),
+                (
+                    None,
+                    format!("start: the new Core Hub pods will be {fate:?}{modules}"),
+                ),
+            );
+            queue.push_back((s, 0));
+        }
     }
     let initial_phase = queue[0].0.status().phase;
     let trail =
@@ -1085,8 +1416,14 @@ fn the_update_keeps_its_promises_exhaustively() {
     assert!(o.violation.is_none());
     assert!(o.states >= 100_000, "{} states", o.states);
     // And with each gate of the user's terms, deep enough to reach the approval's timeout and the window,
-    // and with the pre-pull.
-    for gate in [Gate::Approval, Gate::Window, Gate::PrePull] {
+    // with the pre-pull, and with the user deleting the GluesyncPlatform at any point.
+    for gate in [
+        Gate::Approval,
+        Gate::Window,
+        Gate::PrePull,
+        Gate::Deletion,
+        Gate::Modules,
+    ] {
         let o = explore_with(budget, max / 4, Some(gate));
         report(&format!("full, {gate:?}"), budget, &o);
         assert!(o.violation.is_none(), "{gate:?}");
@@ -1195,57 +1532,123 @@ fn a_refused_update_that_changes_the_phase_is_caught() {
 /// every other promise holds as without them.
 #[test]
 fn nothing_is_paused_or_changed_before_the_approval_or_the_window() {
-    for gate in [Gate::Approval, Gate::Window] {
-        let o = explore_with(SMALL, 6_000, Some(gate));
-        report(&format!("{gate:?}"), SMALL, &o);
-        assert!(o.violation.is_none(), "{gate:?}");
-        assert!(o.states >= 3_000, "{gate:?}: {} states", o.states);
-    }
+    holds_with(Gate::Approval);
+    holds_with(Gate::Window);
 }
+
+/// Every promise holds on small histories of the world `gate` names.
+fn holds_with(gate: Gate) {
+    let o = explore_with(SMALL, 6_000, Some(gate));
+    report(&format!("{gate:?}"), SMALL, &o);
+    assert!(o.violation.is_none(), "{gate:?}");
+    assert!(o.states >= 3_000, "{gate:?}: {} states", o.states);
+}
+
+/// The deliberate bug `m` is caught in the world `gate` names, from the runs whose new Core Hub pods do
+/// what `fates` name; its last line says one of `expect`.
+fn caught_with(m: Mutant, budget: Budget, gate: Gate, fates: &[Fate], expect: &[&str]) {
+    set_mutant(Some(m));
+    let o = explore_fates(budget, 50_000, Some(gate), fates);
+    set_mutant(None);
+    report(&format!("{m:?} {gate:?}"), budget, &o);
+    let lines = o
+        .violation
+        .unwrap_or_else(|| panic!("{m:?} under {gate:?} was not caught"));
+    let last = lines.last().unwrap();
+    assert!(expect.iter().any(|e| last.contains(e)), "{lines:?}");
+}
+
+const EVERY_FATE: [Fate; 3] = [Fate::Ready, Fate::CrashLoop, Fate::Unpullable];
 
 /// The pre-pull: nothing is paused or changed before the new image is on Core Hub's node; an
 /// unpullable image refuses the update with nothing changed; no pre-pull pod is left; every other promise
 /// holds as without it.
 #[test]
 fn nothing_is_paused_before_the_new_image_is_on_the_node() {
-    let o = explore_with(SMALL, 6_000, Some(Gate::PrePull));
-    report("PrePull", SMALL, &o);
-    assert!(o.violation.is_none());
-    assert!(o.states >= 3_000, "{} states", o.states);
+    holds_with(Gate::PrePull);
 }
 
 #[test]
 fn a_drain_before_the_pull_ends_is_caught() {
-    set_mutant(Some(Mutant::DrainBeforePulled));
-    let o = explore_with(SMALL, 50_000, Some(Gate::PrePull));
-    set_mutant(None);
-    report("DrainBeforePulled", SMALL, &o);
-    let lines = o.violation.expect("DrainBeforePulled was not caught");
-    assert!(
-        lines
-            .last()
-            .unwrap()
-            .contains("before the new image was on Core Hub's node"),
-        "{lines:?}"
+    caught_with(
+        Mutant::DrainBeforePulled,
+        SMALL,
+        Gate::PrePull,
+        &EVERY_FATE,
+        &["before the new image was on Core Hub's node"],
     );
 }
 
 #[test]
 fn an_engine_that_ignores_the_gates_is_caught() {
     for gate in [Gate::Approval, Gate::Window] {
-        set_mutant(Some(Mutant::IgnoreGate));
-        let o = explore_with(SMALL, 50_000, Some(gate));
-        set_mutant(None);
-        report(&format!("IgnoreGate {gate:?}"), SMALL, &o);
-        let lines = o
-            .violation
-            .unwrap_or_else(|| panic!("IgnoreGate under {gate:?} was not caught"));
-        assert!(
-            lines
-                .last()
-                .unwrap()
-                .contains("a pipeline was paused or Core Hub's image changed"),
-            "{lines:?}"
+        caught_with(
+            Mutant::IgnoreGate,
+            SMALL,
+            gate,
+            &EVERY_FATE,
+            &["a pipeline was paused or Core Hub's image changed"],
         );
     }
+}
+
+/// The GluesyncPlatform deleted at any point of the update (before its finalizer is on, mid-drain, with
+/// Core Hub half-changed, while pipelines resume): it goes only once every pipeline that was running runs
+/// again (or, Core Hub out of reach, `drainTimeoutSeconds` after the deletion), and Core Hub is left on
+/// an image its pods run; every other promise holds as without it.
+#[test]
+fn a_deleted_platform_goes_only_once_its_pipelines_run_again() {
+    holds_with(Gate::Deletion);
+}
+
+#[test]
+fn letting_a_deleted_platform_go_with_its_pipelines_paused_is_caught() {
+    caught_with(
+        Mutant::LetGoWithPaused,
+        SMALL,
+        Gate::Deletion,
+        &EVERY_FATE,
+        &["went with", "left in maintenance mode"],
+    );
+}
+
+/// The modules: updated one by one, each only once the one before it is ready on its image, in the
+/// step Modules after Core Hub's; one whose new image crash-loops is put back on its image and the update
+/// ends Degraded; a Failed or Refused update leaves them untouched; every other promise holds as without
+/// them.
+#[test]
+fn the_modules_are_updated_one_by_one_and_one_that_fails_is_put_back() {
+    holds_with(Gate::Modules);
+}
+
+/// No fault: the step Modules lies deep in every history.
+const NO_FAULT: Budget = Budget {
+    crashes: 0,
+    outages: 0,
+    conflicts: 0,
+    late: 0,
+};
+
+#[test]
+fn modules_updated_at_once_are_caught() {
+    caught_with(
+        Mutant::ModulesAtOnce,
+        NO_FAULT,
+        Gate::Modules,
+        &EVERY_FATE,
+        &["was not ready on its own"],
+    );
+}
+
+#[test]
+fn a_module_left_on_its_failing_image_is_caught() {
+    // Core Hub comes up: only a module's rollback is left to miss.
+    // Left crash-looping, the module is seen by the next one's update, or at the end.
+    caught_with(
+        Mutant::NoRollback,
+        NO_FAULT,
+        Gate::Modules,
+        &[Fate::Ready],
+        &["with module chronos", "chronos was not ready"],
+    );
 }

@@ -40,11 +40,15 @@ pub(crate) enum Mutant {
     DrainBeforePulled,
     /// Drain asks pipelines into maintenance mode before GKO's finalizer is on.
     PauseBeforeFinalizer,
+    /// A deleted GluesyncPlatform is let go without waiting for its paused pipelines to run again.
+    LetGoWithPaused,
+    /// The step Modules patches every module at once instead of one by one.
+    ModulesAtOnce,
 }
 
 impl Mutant {
     #[cfg(all(not(test), feature = "test-hooks"))]
-    const ALL: [Mutant; 14] = [
+    const ALL: [Mutant; 16] = [
         Mutant::OldResume,
         Mutant::PauseBeforeRecord,
         Mutant::PatchBeforeDrained,
@@ -59,6 +63,8 @@ impl Mutant {
         Mutant::IgnoreGate,
         Mutant::DrainBeforePulled,
         Mutant::PauseBeforeFinalizer,
+        Mutant::LetGoWithPaused,
+        Mutant::ModulesAtOnce,
     ];
 }
 

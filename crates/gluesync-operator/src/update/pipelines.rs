@@ -253,6 +253,50 @@ fn has_finalizer(gsp: &GluesyncPlatform) -> bool {
         .any(|f| f == crate::api::FINALIZER)
 }
 
+/// A drain that stops before every pipeline is in maintenance mode: those asked in but not seen in
+/// maintenance mode by `list` (every one, without a list) may still have their request land. The
+/// late-maintenance watch covers them for `drainTimeoutSeconds` (at least a minute) from `now`; returns
+/// that window in seconds.
+fn watch_late(
+    gsp: &GluesyncPlatform,
+    d: &mut Decision,
+    list: Option<&[Pipeline]>,
+    now: &Time,
+) -> i64 {
+    let seen = list.map(in_maintenance).unwrap_or_default();
+    let late: Vec<PipelineId> = d
+        .status
+        .paused_pipelines
+        .iter()
+        .filter(|id| !seen.contains(id.as_str()))
+        .cloned()
+        .collect();
+    let window = gsp.spec.drain_timeout_seconds.max(LATE_WINDOW_MIN_SECONDS);
+    if !late.is_empty() && !mutated(Mutant::OldResume) {
+        d.status.late_maintenance = Some(LateMaintenance {
+            pipelines: late.into(),
+            until: plus(now, window),
+        });
+    }
+    window
+}
+
+/// A drain stopped because the GluesyncPlatform is deleted: what it asked may still land, as after a
+/// drain timeout.
+pub(super) fn drain_cancelled(
+    gsp: &GluesyncPlatform,
+    obs: &Observed,
+    u: &UpdateStatus,
+    d: &mut Decision,
+) {
+    let since = u.step.since().clone();
+    let list = match listing(obs, &epoch(u), Some(&since)).map(|l| &l.result) {
+        Some(Ok(list)) => Some(&list[..]),
+        _ => None,
+    };
+    watch_late(gsp, d, list, &obs.now);
+}
+
 fn drain_timeout(
     gsp: &GluesyncPlatform,
     obs: &Observed,
@@ -263,22 +307,7 @@ fn drain_timeout(
 ) {
     let now = &obs.now;
     let timeout = gsp.spec.drain_timeout_seconds;
-    // Asked in but not seen in maintenance mode: their request may still land.
-    let seen = list.map(in_maintenance).unwrap_or_default();
-    let late: Vec<PipelineId> = d
-        .status
-        .paused_pipelines
-        .iter()
-        .filter(|id| !seen.contains(id.as_str()))
-        .cloned()
-        .collect();
-    let window = timeout.max(LATE_WINDOW_MIN_SECONDS);
-    if !late.is_empty() && !mutated(Mutant::OldResume) {
-        d.status.late_maintenance = Some(LateMaintenance {
-            pipelines: late.into(),
-            until: plus(now, window),
-        });
-    }
+    let window = watch_late(gsp, d, list, now);
     let message = format!(
         "{what} within {timeout} s; resuming every pipeline GKO asked to pause, and watching {window} s more \
          for maintenance requests Core Hub applies late; the update is refused"
@@ -334,6 +363,24 @@ fn settle_ledger(
                 .collect()
         };
         d.status.paused_pipelines.extend(landed);
+        // A watched pipeline seen in maintenance mode: its request has landed (each is asked in once),
+        // and nothing of it is left to watch for. The watch ends when nothing is left in it.
+        if late.pipelines.iter().any(|id| paused.contains(id.as_str())) {
+            let still: Vec<PipelineId> = late
+                .pipelines
+                .iter()
+                .filter(|id| !paused.contains(id.as_str()))
+                .cloned()
+                .collect();
+            d.status.late_maintenance = if still.is_empty() {
+                None
+            } else {
+                Some(LateMaintenance {
+                    pipelines: still.into(),
+                    until: late.until.clone(),
+                })
+            };
+        }
     }
     // A pipeline whose enter may still land late is released only once this GKO asked it out.
     let late: Vec<PipelineId> = d

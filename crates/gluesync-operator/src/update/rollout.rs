@@ -346,6 +346,19 @@ pub(super) fn modules(
 ) {
     let now = &obs.now;
     let timeout = gsp.spec.stability_timeout_seconds;
+    if super::mutated(super::Mutant::ModulesAtOnce) {
+        for c in u.components.iter_mut().filter(|c| {
+            !is_core(c)
+                && c.component_type != ComponentType::Operator
+                && c.state == ComponentState::Pending
+        }) {
+            if let Some(w) = obs.workloads.iter().find(|w| w.name == c.name) {
+                ensure_image(c, w, &c.to_image.clone().unwrap_or_default(), d);
+                c.state = ComponentState::Patched;
+                c.patched_at = Some(now.clone());
+            }
+        }
+    }
     let Some(c) = u.components.iter_mut().find(|c| {
         !is_core(c)
             && c.component_type != ComponentType::Operator

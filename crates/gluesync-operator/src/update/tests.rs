@@ -5,8 +5,8 @@
 use super::{fixtures::*, *};
 use crate::{
     api::{
-        Attempt, ComponentResultStatus, ComponentState, HistoryEntry, PipelineId, PlannedComponent,
-        SelfUpdatePhase, UpdateStep::*,
+        Attempt, ComponentResult, ComponentResultStatus, ComponentState, HistoryEntry, PipelineId,
+        PlannedComponent, SelfUpdatePhase, UpdateStep::*,
     },
     update::corehub::{Listing, Pipeline},
     update::observed::PodView,
@@ -662,11 +662,75 @@ fn deleting_the_platform_during_drain_resumes_and_lets_it_go() {
         (entry.from.as_deref(), entry.to.as_deref()),
         (Some("2.3.2.1"), Some("2.3.2.1"))
     );
+    assert_eq!(
+        result_of(&g, "chronos").message.as_deref(),
+        Some("update refused")
+    );
+    // Their requests may still land: the platform stays while the late-maintenance watch runs
+    // (drainTimeoutSeconds, 300 s, from the deletion), and goes when it ends.
     let d = world.step(&mut g, 3);
+    assert!(!d.actions.contains(&Action::RemoveFinalizer));
+    assert_eq!(
+        status(&g)
+            .late_maintenance
+            .as_ref()
+            .map(|l| l.pipelines.len()),
+        Some(2)
+    );
+    let d = world.step(&mut g, 301);
+    assert!(!d.actions.contains(&Action::RemoveFinalizer));
+    let message = status(&g).message.clone().unwrap_or_default();
+    assert!(
+        message.contains("is being deleted; GKO keeps it until")
+            && message.contains("any of 2 pipelines"),
+        "{message}"
+    );
+    let d = world.step(&mut g, 303);
     assert!(
         d.actions.contains(&Action::RemoveFinalizer),
         "{:?}",
         d.actions
+    );
+}
+
+/// A maintenance request Core Hub accepted before the deletion and applies after GKO asked the pipeline
+/// out: the platform does not go before it lands, GKO asks the pipeline out again, and the platform goes
+/// once every request landed and its pipeline runs.
+#[test]
+fn a_request_landing_after_a_deletion_mid_drain_is_asked_out_before_the_platform_goes() {
+    let mut hub = Hub::new(&["a", "b"], &[]);
+    hub.enter_delay = 10;
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({}));
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(status(&g).paused_pipelines.len(), 2);
+    assert!(world.hub.in_maintenance().is_empty(), "not landed yet");
+    g.metadata.deletion_timestamp = Some(at(2));
+    world.until(&mut g, 2, Finish);
+    world.step(&mut g, 2);
+    assert_eq!(world.hub.exits.len(), 2, "both asked out");
+    let mut gone = false;
+    for t in 3..320 {
+        let d = world.step(&mut g, t);
+        if d.actions.contains(&Action::RemoveFinalizer) {
+            assert!(
+                world.hub.in_maintenance().is_empty(),
+                "at {t} s the platform goes with {:?} in maintenance mode",
+                world.hub.in_maintenance()
+            );
+            assert!(t > 11, "it went at {t} s, before the requests landed");
+            // Both landed and resumed: nothing is left to watch for, and it need not wait for the
+            // watch's end (300 s).
+            assert!(t < 60, "it went at {t} s");
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the platform never went");
+    assert!(
+        world.hub.exits.values().sum::<u32>() >= 4,
+        "asked out again once landed: {:?}",
+        world.hub.exits
     );
 }
 
@@ -698,6 +762,10 @@ fn deleting_the_platform_during_core_hub_puts_core_hub_back() {
         Some("2.3.2.2")
     );
     assert_eq!(status(&g).history[0].to.as_deref(), Some("2.3.2.1"));
+    assert_eq!(
+        result_of(&g, "chronos").message.as_deref(),
+        Some("not attempted: Core Hub failed")
+    );
     let d = world.step(&mut g, 4);
     assert!(d.actions.contains(&Action::RemoveFinalizer));
 }
@@ -2428,4 +2496,127 @@ fn a_pre_pull_pod_reads_as_pulled_failed_or_pulling() {
         })),
         PullState::Failed("OutOfcpu".into(), String::new())
     );
+}
+
+/// Runs the update to its end, each workload rolling out (or not, for those `failing` names) the image
+/// the plan gives it once a decision set it; the platform at the end.
+fn run_to_the_end(g: &mut GluesyncPlatform, world: &mut World, failing: &[&str]) {
+    for t in 1..400 {
+        world.step(g, t);
+        let Some(u) = g.status.as_ref().and_then(|s| s.update.as_ref()) else {
+            return;
+        };
+        let set: Vec<String> = u
+            .components
+            .iter()
+            .filter(|c| !failing.contains(&c.name.as_str()))
+            .filter(|c| {
+                world
+                    .workloads
+                    .iter()
+                    .any(|w| w.name == c.name && Some(&w.image) == c.to_image.as_ref())
+            })
+            .map(|c| c.name.clone())
+            .collect();
+        let names: Vec<&str> = set.iter().map(String::as_str).collect();
+        world.roll_out(g, &names);
+        for w in world
+            .workloads
+            .iter_mut()
+            .filter(|w| failing.contains(&w.name.as_str()))
+        {
+            // Its new pods crash-loop; put back, its old ones come up.
+            let on_old = w.image.ends_with("0.3.2");
+            w.pods[0].image = w.image.clone();
+            w.pods[0].ready = on_old;
+            w.pods[0].waiting =
+                (!on_old).then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string()));
+            w.ready = on_old;
+        }
+    }
+    panic!("the update never ended: {:?}", status(g).update);
+}
+
+fn result_of<'a>(g: &'a GluesyncPlatform, name: &str) -> &'a ComponentResult {
+    status(g)
+        .last_attempt
+        .as_ref()
+        .unwrap()
+        .results
+        .iter()
+        .find(|r| r.name == name)
+        .unwrap()
+}
+
+/// `status.lastAttempt.results` says what became of each component, with the versions before and after:
+/// updated, rolled back with why, skipped with why.
+#[test]
+fn the_attempt_says_what_became_of_each_component() {
+    let (mut g, mut world) = drained_start(
+        Hub::new(&["a"], &[]),
+        serde_json::json!({"stabilityWindowSeconds": 0}),
+    );
+    run_to_the_end(&mut g, &mut world, &[]);
+    let attempt = status(&g).last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Succeeded);
+    assert_eq!(attempt.message, "update finished");
+    let core = result_of(&g, "core-hub");
+    assert_eq!(
+        (core.status, core.from.as_deref(), core.to.as_deref()),
+        (ComponentResultStatus::Ok, Some("2.3.2.1"), Some("2.3.2.2"))
+    );
+    assert_eq!(core.message, None);
+    let chronos = result_of(&g, "chronos");
+    assert_eq!(
+        (
+            chronos.status,
+            chronos.from.as_deref(),
+            chronos.to.as_deref()
+        ),
+        (ComponentResultStatus::Ok, Some("0.3.2"), Some("0.3.3"))
+    );
+    let grafana = result_of(&g, "grafana");
+    assert_eq!(grafana.status, ComponentResultStatus::Skipped);
+    assert_eq!(
+        grafana.message.as_deref(),
+        Some("third-party: updated only when pinned in spec.modules")
+    );
+
+    // A module whose new image crash-loops is put back: Degraded, and the result says why.
+    let (mut g, mut world) = drained_start(
+        Hub::new(&["a"], &[]),
+        serde_json::json!({"stabilityWindowSeconds": 0}),
+    );
+    run_to_the_end(&mut g, &mut world, &["chronos"]);
+    let attempt = status(&g).last_attempt.clone().unwrap();
+    assert_eq!(attempt.result, UpdateResult::Degraded);
+    assert!(
+        attempt
+            .message
+            .starts_with("chronos rolled back: pod chronos")
+            && !attempt.message.contains("not resumed"),
+        "{}",
+        attempt.message
+    );
+    let chronos = result_of(&g, "chronos");
+    assert_eq!(chronos.status, ComponentResultStatus::RolledBack);
+    assert!(
+        chronos
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("CrashLoopBackOff")),
+        "{chronos:?}"
+    );
+    assert_eq!(result_of(&g, "core-hub").status, ComponentResultStatus::Ok);
+}
+
+#[test]
+fn a_message_names_twenty_pipelines_and_counts_the_rest() {
+    let ids: Vec<String> = (1..=21).map(|i| format!("p{i}")).collect();
+    assert_eq!(pipelines::sample(&ids[..20]), ids[..20].join(", "));
+    assert_eq!(
+        pipelines::sample(&ids),
+        format!("{}, and 1 more", ids[..20].join(", "))
+    );
+    assert_eq!(pipelines::sample(&ids[..1]), "p1");
 }

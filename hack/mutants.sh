@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Mutation testing of the update engine: cargo-mutants changes the engine's code one mutation at a time
+# (an operator flipped, a body replaced by a default, a match arm deleted) and runs the engine's tests
+# against each: its unit tests and the model check's quick runs (`cargo test --lib`, profile `mutants`,
+# see .cargo/mutants.toml). A mutant that no test fails is missed.
+#
+#   hack/mutants.sh                 every file of the engine (about 1,000 mutants: hours on 2 cores)
+#   hack/mutants.sh FILE...         these files (paths from the repository's root)
+#   hack/mutants.sh --diff [BASE]   the code a change touches since BASE (default HEAD~1): what CI runs
+#
+# Prints the figures and the score: mutants caught (a test failed, or the tests ran past the timeout) over
+# the viable ones (those that build). A missed mutant is either killed by a new test or listed in
+# .cargo/mutants-equivalent.tsv with the reason no test can tell it from the original (file, mutation
+# without its line and column, reason; tab-separated). Fails when a missed mutant is not listed there, or
+# when the score is under MUTANTS_MIN_SCORE percent (95).
+#
+# cargo-mutants (pinned, MUTANTS_VERSION) is installed into the cache once; the mutants build in their own
+# target directory there, so the dependencies are built once per cache. MUTANTS_OUT is where cargo-mutants
+# writes mutants.out (default: the cache); MUTANTS_JOBS its parallel builds (default 1: 2 cores).
+# In --diff mode at most MUTANTS_MAX (30) mutants run: a larger change runs one shard of them, chosen by
+# its commit, so that successive changes cover the others.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+cache="${GKO_CACHE_DIR:-$HOME/.cache/gluesync-operator}"
+version="${MUTANTS_VERSION:-27.1.0}"
+tools="$cache/tools"
+out="${MUTANTS_OUT:-$cache/mutants}"
+min_score="${MUTANTS_MIN_SCORE:-95}"
+max="${MUTANTS_MAX:-30}"
+equivalent=".cargo/mutants-equivalent.tsv"
+
+export PATH="$tools/bin:$PATH"
+if ! cargo mutants --version 2>/dev/null | grep -qx "cargo-mutants $version"; then
+  echo "mutants: installing cargo-mutants $version into $tools (once)" >&2
+  cargo install -q --locked --version "$version" --root "$tools" cargo-mutants
+fi
+
+# The engine's files, and what is not the engine (its tests, their fixtures, the model checker and its
+# deliberate bugs, which are the tests).
+engine=(crates/gluesync-operator/src/update/*.rs crates/gluesync-operator/src/api/mod.rs)
+not_engine=(tests.rs fixtures.rs model.rs mutants.rs)
+
+args=()
+diff_mode=0
+if [ "${1:-}" = "--diff" ]; then
+  diff_mode=1
+  base="${2:-HEAD~1}"
+  patch="$out/change.diff"
+  mkdir -p "$out"
+  git diff "$base" -- "${engine[@]}" > "$patch"
+  if [ ! -s "$patch" ]; then
+    echo "mutants: the change since $base touches no engine code: nothing to mutate"
+    exit 0
+  fi
+  args+=(--in-diff "$patch")
+  files=("${engine[@]}")
+elif [ "$#" -gt 0 ]; then
+  files=("$@")
+else
+  files=("${engine[@]}")
+fi
+for f in "${files[@]}"; do args+=(-f "$f"); done
+for f in "${not_engine[@]}"; do args+=(-e "$f"); done
+
+if [ "$diff_mode" = 1 ]; then
+  n="$(cargo mutants --list "${args[@]}" | wc -l)"
+  if [ "$n" -eq 0 ]; then
+    echo "mutants: the change since $base touches no mutable engine code"
+    exit 0
+  fi
+  if [ "$n" -gt "$max" ]; then
+    shards=$(((n + max - 1) / max))
+    shard=$(($(git rev-parse HEAD | cut -c1-7 | xargs -I{} printf '%d' 0x{}) % shards))
+    echo "mutants: $n mutants in the change; running shard $shard of $shards"
+    args+=(--shard "$shard/$shards")
+  fi
+fi
+
+mkdir -p "$out"
+export CARGO_TARGET_DIR="$cache/mutants/target"
+status=0
+cargo mutants --profile mutants --jobs "${MUTANTS_JOBS:-1}" --output "$out" "${args[@]}" || status=$?
+# 0: all caught; 2: some missed; 3: some timed out; anything else: cargo-mutants itself failed.
+case "$status" in
+  0 | 2 | 3) ;;
+  *)
+    echo "mutants: cargo-mutants failed ($status); see $out/mutants.out/debug.log" >&2
+    exit "$status"
+    ;;
+esac
+
+count() { [ -f "$out/mutants.out/$1.txt" ] && grep -c . "$out/mutants.out/$1.txt" || echo 0; }
+caught="$(count caught)"
+timeout="$(count timeout)"
+missed="$(count missed)"
+unviable="$(count unviable)"
+
+# A missed mutant's key: its file and mutation without line and column.
+key() { sed -E 's/^([^:]+):[0-9]+:[0-9]+: /\1\t/'; }
+listed="$(mktemp)"
+trap 'rm -f "$listed"' EXIT
+grep -v '^#' "$equivalent" 2>/dev/null | cut -f1,2 | sort -u > "$listed" || true
+unlisted=0
+equiv=0
+if [ -f "$out/mutants.out/missed.txt" ]; then
+  while IFS= read -r m; do
+    if grep -qxF "$(printf '%s\n' "$m" | key)" "$listed"; then
+      equiv=$((equiv + 1))
+    else
+      [ "$unlisted" = 0 ] && echo "mutants: missed, and not listed in $equivalent:"
+      echo "  $m"
+      unlisted=$((unlisted + 1))
+    fi
+  done < "$out/mutants.out/missed.txt"
+fi
+
+viable=$((caught + timeout + missed))
+if [ "$viable" -gt 0 ]; then
+  score="$(awk -v c=$((caught + timeout)) -v v="$viable" 'BEGIN { printf "%.1f", 100 * c / v }')"
+else
+  score="100.0"
+fi
+echo "mutants: $viable viable: $caught caught, $timeout timed out, $missed missed ($equiv of them listed as equivalent); $unviable unviable"
+echo "mutants: score $score % (target $min_score %)"
+fail=0
+if [ "$unlisted" -gt 0 ]; then
+  echo "mutants: $unlisted missed mutants are neither caught by a test nor listed as equivalent" >&2
+  fail=1
+fi
+if awk -v s="$score" -v m="$min_score" 'BEGIN { exit !(s < m) }'; then
+  echo "mutants: the score is under $min_score %" >&2
+  fail=1
+fi
+exit "$fail"
