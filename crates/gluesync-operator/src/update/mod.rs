@@ -414,7 +414,7 @@ fn cancel_for_deletion(
         UpdateStep::Modules => Some((UpdateStep::Finish, UpdateResult::Degraded)),
         UpdateStep::Drain => {
             // Its requests may still land: they are watched for, as after a drain timeout.
-            pipelines::drain_cancelled(gsp, obs, u, d);
+            pipelines::drain_cancelled(gsp, obs, d);
             Some((UpdateStep::Resume, UpdateResult::Refused))
         }
         UpdateStep::CoreHub => {
@@ -592,14 +592,12 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     // after the platform went would leave its pipeline paused).
     let deadline = gsp.metadata.deletion_timestamp.as_ref().map(|t| {
         let resume_by = plus(t, gsp.spec.drain_timeout_seconds);
-        match gsp
+        let watch_ends = gsp
             .status
             .as_ref()
             .and_then(|s| s.late_maintenance.as_ref())
-        {
-            Some(late) if late.until.0 > resume_by.0 => late.until.clone(),
-            _ => resume_by,
-        }
+            .map(|l| l.until.0);
+        Time(watch_ends.map_or(resume_by.0, |until| until.max(resume_by.0)))
     });
     pipelines::ledger(gsp, obs, &mut d, deadline.as_ref());
     prepull::clean(gsp, obs, false, &mut d);

@@ -282,19 +282,10 @@ fn watch_late(
 }
 
 /// A drain stopped because the GluesyncPlatform is deleted: what it asked may still land, as after a
-/// drain timeout.
-pub(super) fn drain_cancelled(
-    gsp: &GluesyncPlatform,
-    obs: &Observed,
-    u: &UpdateStatus,
-    d: &mut Decision,
-) {
-    let since = u.step.since().clone();
-    let list = match listing(obs, &epoch(u), Some(&since)).map(|l| &l.result) {
-        Some(Ok(list)) => Some(&list[..]),
-        _ => None,
-    };
-    watch_late(gsp, d, list, &obs.now);
+/// drain timeout. Every pipeline of the ledger is watched; those a listing shows in maintenance mode leave
+/// the watch in the same decision (Resume settles the ledger against the same listing).
+pub(super) fn drain_cancelled(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
+    watch_late(gsp, d, None, &obs.now);
 }
 
 fn drain_timeout(

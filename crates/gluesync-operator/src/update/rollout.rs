@@ -338,6 +338,21 @@ pub(super) fn rollback(
     }
 }
 
+/// The deliberate bug `ModulesAtOnce` (tests only): every pending module is patched at once.
+fn modules_at_once(obs: &Observed, u: &mut UpdateStatus, d: &mut Decision) {
+    for c in u.components.iter_mut().filter(|c| {
+        !is_core(c)
+            && c.component_type != ComponentType::Operator
+            && c.state == ComponentState::Pending
+    }) {
+        if let Some(w) = obs.workloads.iter().find(|w| w.name == c.name) {
+            ensure_image(c, w, &c.to_image.clone().unwrap_or_default(), d);
+            c.state = ComponentState::Patched;
+            c.patched_at = Some(obs.now.clone());
+        }
+    }
+}
+
 pub(super) fn modules(
     gsp: &GluesyncPlatform,
     obs: &Observed,
@@ -347,17 +362,7 @@ pub(super) fn modules(
     let now = &obs.now;
     let timeout = gsp.spec.stability_timeout_seconds;
     if super::mutated(super::Mutant::ModulesAtOnce) {
-        for c in u.components.iter_mut().filter(|c| {
-            !is_core(c)
-                && c.component_type != ComponentType::Operator
-                && c.state == ComponentState::Pending
-        }) {
-            if let Some(w) = obs.workloads.iter().find(|w| w.name == c.name) {
-                ensure_image(c, w, &c.to_image.clone().unwrap_or_default(), d);
-                c.state = ComponentState::Patched;
-                c.patched_at = Some(now.clone());
-            }
-        }
+        modules_at_once(obs, u, d);
     }
     let Some(c) = u.components.iter_mut().find(|c| {
         !is_core(c)

@@ -647,6 +647,14 @@ fn deleting_the_platform_during_drain_resumes_and_lets_it_go() {
     world.step(&mut g, 1);
     assert_eq!(status(&g).paused_pipelines.len(), 2);
     g.metadata.deletion_timestamp = Some(at(2));
+    // Someone changes a module the update had not reached: it is still "update refused", not GKO's own
+    // image changed.
+    world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "chronos")
+        .unwrap()
+        .image = "molo17/gluesync-chronos:0.3.1".into();
     let events = world.until(&mut g, 2, Finish);
     assert!(reasons(&events).contains(&"UpdateCancelled"), "{events:?}");
     assert_eq!(world.hub.exits.len(), 2, "both asked out");
@@ -705,7 +713,20 @@ fn a_request_landing_after_a_deletion_mid_drain_is_asked_out_before_the_platform
     world.step(&mut g, 1);
     assert_eq!(status(&g).paused_pipelines.len(), 2);
     assert!(world.hub.in_maintenance().is_empty(), "not landed yet");
+    // "a"'s request lands at once, and a listing shows it; "b"'s lands later.
+    world.hub.pending.retain(|(id, ..)| id.as_str() != "a");
+    world.hub.pipelines.insert("a".into(), true);
+    world.step(&mut g, 1);
     g.metadata.deletion_timestamp = Some(at(2));
+    world.step(&mut g, 2);
+    // Only the request not seen landed is watched for.
+    assert_eq!(
+        status(&g)
+            .late_maintenance
+            .as_ref()
+            .map(|l| l.pipelines.to_vec()),
+        Some(vec![PipelineId::from("b")])
+    );
     world.until(&mut g, 2, Finish);
     world.step(&mut g, 2);
     assert_eq!(world.hub.exits.len(), 2, "both asked out");
@@ -727,11 +748,14 @@ fn a_request_landing_after_a_deletion_mid_drain_is_asked_out_before_the_platform
         }
     }
     assert!(gone, "the platform never went");
-    assert!(
-        world.hub.exits.values().sum::<u32>() >= 4,
+    // "a" once; "b" before its request landed, and again once it had.
+    assert_eq!(
+        world.hub.exits.get("b"),
+        Some(&2),
         "asked out again once landed: {:?}",
         world.hub.exits
     );
+    assert_eq!(world.hub.exits.get("a"), Some(&1));
 }
 
 #[test]
@@ -2619,4 +2643,73 @@ fn a_message_names_twenty_pipelines_and_counts_the_rest() {
         format!("{}, and 1 more", ids[..20].join(", "))
     );
     assert_eq!(pipelines::sample(&ids[..1]), "p1");
+}
+
+/// GKO's image changed during the update (a Helm upgrade of GKO wins): GKO does not update itself, and the
+/// attempt says why.
+#[test]
+fn gko_whose_image_changed_during_the_update_does_not_update_itself() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.1",
+        "modules": {"gluesync-operator": "0.2.0"},
+        "stabilityWindowSeconds": 5,
+        "stabilityTimeoutSeconds": 60,
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    add_gko(&mut world, GKO_OLD);
+    world.me = Some(GKO_OLD.into());
+    world.until(&mut g, 0, Modules);
+    let helm = "molo17/gluesync-operator:0.1.5";
+    let w = gko_mut(&mut world);
+    w.image = helm.into();
+    w.pods[0].image = helm.into();
+    world.until(&mut g, 0, Finish);
+    world.step(&mut g, 100);
+    let entry = result_of(&g, "gluesync-operator");
+    assert_eq!(entry.status, ComponentResultStatus::Skipped);
+    assert_eq!(
+        entry.message.as_deref(),
+        Some("GKO's image was changed during the update; GKO does not update itself")
+    );
+    assert!(status(&g).self_update.is_none());
+    assert_eq!(gko_workload(&world).image, helm);
+    // Unchanged, the same update schedules GKO's own (see gko_updates_itself_after_the_update...).
+    let (g, _, _) = self_update_scheduled(serde_json::json!({}));
+    assert_eq!(
+        result_of(&g, "gluesync-operator").status,
+        ComponentResultStatus::Scheduled
+    );
+}
+
+/// A short drainTimeoutSeconds: the watch for late requests (at least a minute) outlasts it, and a deleted
+/// platform stays to its end, Core Hub in reach or not.
+#[test]
+fn a_deleted_platform_stays_to_the_end_of_the_watch_beyond_a_short_drain_timeout() {
+    let mut hub = Hub::new(&["a"], &[]);
+    hub.enter_delay = 1000; // lands long after the watch: nothing shows it in maintenance mode
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 10}));
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(status(&g).paused_pipelines, ["a"]);
+    g.metadata.deletion_timestamp = Some(at(2));
+    world.until(&mut g, 2, Finish);
+    world.step(&mut g, 2);
+    let until = status(&g)
+        .late_maintenance
+        .as_ref()
+        .map(|l| l.until.clone());
+    assert_eq!(until, Some(at(62)), "a minute from the deletion");
+    for t in [13, 30, 61] {
+        let d = world.step(&mut g, t);
+        assert!(
+            !d.actions.contains(&Action::RemoveFinalizer),
+            "it went at {t} s, before the watch ended"
+        );
+    }
+    let d = world.step(&mut g, 63);
+    assert!(
+        d.actions.contains(&Action::RemoveFinalizer),
+        "{:?}",
+        d.actions
+    );
 }
