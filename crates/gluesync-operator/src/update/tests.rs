@@ -2713,3 +2713,38 @@ fn a_deleted_platform_stays_to_the_end_of_the_watch_beyond_a_short_drain_timeout
         d.actions
     );
 }
+
+/// Two updates in a row: the second asks every running pipeline into maintenance mode again (what the
+/// worker did for the first one is not taken for the second's).
+#[test]
+fn a_second_update_asks_the_pipelines_in_again() {
+    let (mut g, mut world) = drained_start(
+        Hub::new(&["a", "b"], &[]),
+        serde_json::json!({"stabilityWindowSeconds": 0}),
+    );
+    run_to_the_end(&mut g, &mut world, &[]);
+    assert_eq!(
+        status(&g).last_attempt.as_ref().map(|a| a.result),
+        Some(UpdateResult::Succeeded)
+    );
+    assert_eq!(world.hub.enters.values().sum::<u32>(), 2);
+    let mut catalog = catalog();
+    catalog.insert("gluesync-core-hub".into(), "2.3.2.3".into());
+    world.catalog = Some(catalog);
+    g.spec.version = "2.3.2.3".into();
+    g.metadata.generation = Some(3);
+    run_to_the_end(&mut g, &mut world, &[]);
+    let attempt = status(&g).last_attempt.clone().unwrap();
+    assert_eq!(
+        attempt.result,
+        UpdateResult::Succeeded,
+        "{}",
+        attempt.message
+    );
+    assert_eq!(
+        world.hub.enters.values().collect::<Vec<_>>(),
+        [&2, &2],
+        "each asked in once per update"
+    );
+    assert!(world.hub.in_maintenance().is_empty());
+}
