@@ -160,40 +160,28 @@ async fn taken_over(old: &std::path::Path, stop: Stop) -> anyhow::Result<()> {
         "{stop:?}: only what was paused before the update stays paused"
     );
     let calls = sim.calls();
-    let asked_in: std::collections::BTreeSet<String> = calls.enter.keys().cloned().collect();
-    assert_eq!(
-        asked_in, running,
-        "{stop:?}: every running pipeline asked in, and nothing else"
-    );
-    assert!(
-        calls.enter.values().all(|n| *n == 1),
-        "{stop:?}: a pipeline asked in twice: {:?}",
-        calls
-            .enter
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .take(5)
-            .collect::<Vec<_>>()
-    );
-    let asked_out: std::collections::BTreeSet<String> = calls.exit.keys().cloned().collect();
-    assert_eq!(
-        asked_out, running,
-        "{stop:?}: every paused pipeline asked out, and nothing else"
-    );
-    assert!(
-        calls.exit.values().all(|n| *n == 1),
-        "{stop:?}: a pipeline asked out twice: {:?}",
-        calls
-            .exit
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .take(5)
-            .collect::<Vec<_>>()
-    );
+    asked_once(stop, "in", &calls.enter, &running);
+    asked_once(stop, "out", &calls.exit, &running);
     assert!(
         user_paused
             .iter()
             .all(|id| !calls.enter.contains_key(id) && !calls.exit.contains_key(id))
     );
     Ok(())
+}
+
+/// Every pipeline of `running`, and no other, was asked `way` (into or out of maintenance mode) once.
+fn asked_once(
+    stop: Stop,
+    way: &str,
+    asked: &std::collections::BTreeMap<String, u32>,
+    running: &std::collections::BTreeSet<String>,
+) {
+    let ids: std::collections::BTreeSet<String> = asked.keys().cloned().collect();
+    assert_eq!(
+        &ids, running,
+        "{stop:?}: every running pipeline asked {way}, and nothing else"
+    );
+    let twice: Vec<_> = asked.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "{stop:?}: asked {way} twice: {twice:?}");
 }

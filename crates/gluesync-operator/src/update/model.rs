@@ -802,7 +802,7 @@ impl State {
 
     fn successors(&self) -> Result<Vec<(String, State)>, String> {
         if self.gone {
-            return Ok(self.world_after_the_platform());
+            return Ok(self.world_moves());
         }
         let mut out = vec![];
         // GKO carries out what it decided, one action at a time (a crash loses those left with the rest
@@ -873,30 +873,14 @@ impl State {
                 .insert(crate::api::APPROVE_ANNOTATION.into(), id);
             out.push(("the user approves the update".into(), s));
         }
-        // Core Hub applies a late request.
-        for (i, l) in self.late.iter().enumerate() {
-            let mut s = self.clone();
-            s.late.remove(i);
-            s.pipelines.insert(l.id.clone(), l.enter);
-            let verb = if l.enter { "into" } else { "out of" };
-            out.push((
-                format!("Core Hub applies, late, {} {verb} maintenance", l.id),
-                s,
-            ));
-        }
+        // Core Hub applies a late request, Kubernetes rolls pods, Core Hub comes back.
+        out.extend(self.world_moves());
         // A pre-pull pod's pull ends.
         for name in self.pulling() {
             let mut s = self.clone();
             s.pull_ends(&name);
             out.push((format!("the pre-pull pod {name}'s pull ends"), s));
         }
-        // Kubernetes rolls the pods to the workload's image.
-        if self.pods != self.image {
-            let mut s = self.clone();
-            s.pods = s.image.clone();
-            out.push((format!("the pods roll to {}", s.image), s));
-        }
-        out.extend(self.module_rollouts());
         // Faults.
         if self.budget.crashes > 0 {
             let mut s = self.clone();
@@ -923,11 +907,6 @@ impl State {
             s.budget.outages -= 1;
             out.push(("Core Hub goes down".into(), s));
         }
-        if self.down {
-            let mut s = self.clone();
-            s.down = false;
-            out.push(("Core Hub is back".into(), s));
-        }
         if let Some(next) = self.next_time() {
             let mut s = self.clone();
             s.now = next;
@@ -937,15 +916,20 @@ impl State {
         Ok(out)
     }
 
-    /// What happens once the GluesyncPlatform is gone: Core Hub applies its late requests, the pods
-    /// roll, Core Hub comes back.
-    fn world_after_the_platform(&self) -> Vec<(String, State)> {
+    /// What the world does by itself, with or without the GluesyncPlatform (all that happens once it is
+    /// gone): Core Hub applies a late request, Kubernetes rolls pods to their workload's image, Core Hub
+    /// comes back.
+    fn world_moves(&self) -> Vec<(String, State)> {
         let mut out = vec![];
         for (i, l) in self.late.iter().enumerate() {
             let mut s = self.clone();
             s.late.remove(i);
             s.pipelines.insert(l.id.clone(), l.enter);
-            out.push((format!("Core Hub applies, late, {}'s request", l.id), s));
+            let verb = if l.enter { "into" } else { "out of" };
+            out.push((
+                format!("Core Hub applies, late, {} {verb} maintenance", l.id),
+                s,
+            ));
         }
         if self.pods != self.image {
             let mut s = self.clone();
