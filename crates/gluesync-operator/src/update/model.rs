@@ -28,6 +28,11 @@
 //!   image changes only in the step Modules, while every other module is ready on its image; Succeeded
 //!   leaves each on its new image, Degraded none on an image that does not come up, Failed and Refused
 //!   each on its old one.
+//! - with GKO's own Deployment ([`Gate::SelfUpdate`]), its new image coming up or crash-looping: GKO's
+//!   image changes only once no update runs, with the self-update in the status first; GKO ends on its
+//!   new image, ready, when its entry in the attempt says `OK`, on its old one otherwise.
+//! - with the Lease changing hands while the GKO that held it has calls in flight ([`Gate::Handover`]):
+//!   every promise above holds.
 //!
 //! Breadth-first, so a violation comes with its shortest history, printed as a readable sequence of
 //! events.
@@ -40,7 +45,7 @@ use std::{
 
 use super::{mutants::set_mutant, *};
 use crate::{
-    api::{GluesyncPlatformSpec, PipelineId},
+    api::{ComponentResultStatus, GluesyncPlatformSpec, PipelineId},
     update::corehub::{Listing, Pipeline},
     update::observed::PodView,
 };
@@ -62,6 +67,10 @@ const MODULES: [(&str, &str, &str); 2] = [
         "molo17/gluesync-grafana:1.1.0",
     ),
 ];
+/// GKO's own Deployment (under [`Gate::SelfUpdate`]): its name, image before, image after.
+const GKO: &str = "gluesync-operator";
+const GKO_OLD: &str = "molo17/gluesync-operator:0.3.0";
+const GKO_NEW: &str = "molo17/gluesync-operator:0.4.0";
 /// A request Core Hub accepts late lands within this many seconds.
 const LATE: i64 = 8;
 /// No time passes beyond this (seconds after the update was asked for).
@@ -114,6 +123,37 @@ impl Module {
     }
 }
 
+/// GKO's own Deployment (under [`Gate::SelfUpdate`]): surge 1, unavailable 0, so a pod on its old image
+/// runs until one on the new image is ready, and the GKO on a retired pod stops.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Gko {
+    image: String,
+    /// The `gluesync.molo17.com/self-update` annotation.
+    mark: Option<String>,
+    /// Its pods, by the image each runs.
+    pods: BTreeSet<String>,
+    /// What GKO's new image does once its pod starts.
+    fate: Fate,
+    /// The image of the GKO that holds the Lease (what it reads as its own image).
+    leader: String,
+}
+
+impl Gko {
+    fn pod_ready(&self, image: &str) -> bool {
+        image != GKO_NEW || self.fate == Fate::Ready
+    }
+
+    fn ready(&self) -> bool {
+        self.pods
+            .iter()
+            .all(|p| *p == self.image && self.pod_ready(p))
+    }
+
+    fn rolled(&self) -> bool {
+        self.pods.len() == 1 && self.pods.contains(&self.image)
+    }
+}
+
 /// A maintenance request Core Hub accepted and applies by `by`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 struct Late {
@@ -154,6 +194,31 @@ enum Gate {
     /// its finalizer off (at once if the finalizer is not on); then GKO and its worker stop for it, and
     /// its pre-pull pods go with it (their owner).
     Deletion,
+    /// Not a gate: GKO's own Deployment, which the catalog has a newer GKO for; GKO updates itself
+    /// once the update has ended, and its new image may crash-loop. The GKO on a pod the rollout retires
+    /// stops, and the one on the new pod takes the Lease; a crash hands the Lease to either ready pod.
+    SelfUpdate,
+    /// Not a gate: a crash may be the Lease changing hands while the GKO that held it still has calls
+    /// in flight. That GKO stopped acting when its leadership lapsed (it checks the Lease before each
+    /// call), but what it had sent lands later, each at most once: its worker's maintenance requests
+    /// under way (several at once), in any order with what the new holder does, within the second (Core
+    /// Hub may apply a request late in any case: see `late`); and its workload write under way (one at a
+    /// time), before the new holder writes anything. That last is the Lease's own assumption: a call
+    /// lands within the margin between a holder's lapse and another's start (5 s). A workload write
+    /// stuck longer in the API server can land after the new holder moved on; the model finds such a
+    /// history when it lets one (a write of Core Hub's new image landing after the new holder rolled Core
+    /// Hub back): README, "More than one GKO".
+    Handover,
+}
+
+/// The GKO that lost the Lease (under [`Gate::Handover`]), and when it did.
+#[derive(Clone, Debug)]
+struct Stale {
+    process: Process,
+    since: i64,
+    /// The new holder wrote something (its status, or an action): a workload write of the old one's
+    /// lands before that (see [`Gate::Handover`]).
+    new_acted: bool,
 }
 
 /// When the model's window opens.
@@ -190,6 +255,10 @@ struct State {
     outage_seen: bool,
     /// The modules, by name (under [`Gate::Modules`]).
     modules: BTreeMap<String, Module>,
+    /// GKO's own Deployment (under [`Gate::SelfUpdate`]).
+    operator: Option<Gko>,
+    /// The GKO that lost the Lease, with what it has in flight (under [`Gate::Handover`]).
+    stale: Option<Stale>,
 }
 
 fn time(now: i64, seq: i64) -> Time {
@@ -216,7 +285,8 @@ impl State {
                         serde_json::json!([{"start": "08:01", "durationMinutes": 1}]);
                 }
                 Some(Gate::PrePull) => spec["prePull"] = serde_json::json!({"timeoutSeconds": 10}),
-                Some(Gate::Deletion | Gate::Modules) | None => {}
+                Some(Gate::Deletion | Gate::Modules | Gate::SelfUpdate | Gate::Handover) | None => {
+                }
             }
             serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap()
         };
@@ -269,6 +339,14 @@ impl State {
             } else {
                 BTreeMap::new()
             },
+            operator: (gate == Some(Gate::SelfUpdate)).then(|| Gko {
+                image: GKO_OLD.into(),
+                mark: None,
+                pods: [GKO_OLD.to_string()].into(),
+                fate: module_fate,
+                leader: GKO_OLD.into(),
+            }),
+            stale: None,
         };
         // Settled at 2.3.2.1, with the catalog saying 2.3.2.2 is available; then the spec asks for it.
         let mut status = crate::update::status::idle(&gsp, &s.workloads(), &time(0, 0));
@@ -295,7 +373,8 @@ impl State {
         let mut k = String::with_capacity(2048);
         let _ = write!(
             k,
-            "{:?}|{}{}{}|{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            "{:?}|{:?}|{}{}{}|{:?}|{:?}|{}|{}|{}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+            self.operator,
             self.gsp.metadata.deletion_timestamp,
             self.gone,
             self.gave_up,
@@ -316,21 +395,28 @@ impl State {
             self.image_changed,
             self.budget,
         );
-        let g = &self.gko;
-        let _ = write!(
-            k,
-            "|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
-            g.actions, g.handoff, g.work, g.report, g.entered, g.check, g.answer
-        );
+        for g in std::iter::once(&self.gko).chain(self.stale.as_ref().map(|st| &st.process)) {
+            let _ = write!(
+                k,
+                "|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+                g.actions, g.handoff, g.work, g.report, g.entered, g.check, g.answer
+            );
+        }
+        if let Some(st) = &self.stale {
+            let _ = write!(k, "|stale since {}", st.since);
+        }
         k
     }
 
     /// What a fair run must change to count as progress: everything but the order of events within a
-    /// second and the times of the worker's answers.
+    /// second and the times of the worker's answers. (Actions in hand count: carrying out one that
+    /// changes nothing, as a finalizer already off, is still a step towards the end.)
     fn progress(&self) -> String {
         let g = &self.gko;
         format!(
-            "{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            "{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            g.actions,
+            self.operator,
             self.modules,
             self.gsp.metadata.deletion_timestamp,
             self.gone,
@@ -348,6 +434,11 @@ impl State {
             g.report.exits.keys().collect::<Vec<_>>(),
             g.check.as_ref().map(|c| &c.token),
             g.answer.as_ref().map(|a| &a.token),
+            self.stale.as_ref().map(|st| (
+                &st.process.actions,
+                &st.process.entered,
+                st.process.report.exits.keys().collect::<Vec<_>>()
+            )),
         )
     }
 
@@ -392,33 +483,35 @@ impl State {
         }]
         .into_iter()
         .chain(self.modules.iter().map(|(name, m)| {
-            let failing = m.failing(name);
-            Workload {
-                kind: WorkloadKind::Deployment,
-                name: name.clone(),
-                uid: format!("{name}-uid"),
-                component_type: Some(ComponentType::Module),
-                label_value: "module".into(),
-                container: Some("c".into()),
-                image: m.image.clone(),
-                ready: m.ready(name),
-                progress_deadline_exceeded: false,
-                rollout_blocker: None,
-                self_update_mark: None,
-                template: Box::default(),
-                selector: Default::default(),
-                pods: vec![PodView {
-                    name: format!("{name}-0"),
-                    uid: format!("pod-{}", m.pods),
-                    image: m.pods.clone(),
-                    ready: !failing,
-                    waiting: failing
-                        .then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string())),
-                    restarts: i32::from(failing),
-                    node: None,
-                    dr_mark: None,
-                }],
-            }
+            let pod = side_pod(format!("{name}-0"), &m.pods, m.failing(name));
+            deployment(
+                name,
+                ComponentType::Module,
+                "module",
+                &m.image,
+                m.ready(name),
+                None,
+                vec![pod],
+            )
+        }))
+        .chain(self.operator.iter().map(|g| {
+            let pods = g
+                .pods
+                .iter()
+                .map(|image| {
+                    let tag = image.rsplit(':').next().unwrap_or_default();
+                    side_pod(format!("{GKO}-{tag}"), image, !g.pod_ready(image))
+                })
+                .collect();
+            deployment(
+                GKO,
+                ComponentType::Operator,
+                "operator",
+                &g.image,
+                g.ready(),
+                g.mark.clone(),
+                pods,
+            )
         }))
         .collect()
     }
@@ -484,7 +577,7 @@ impl State {
                 catalog: s.gko.answer.as_ref(),
                 target: Some(State::target()),
                 access_problem: None,
-                me: None,
+                me: s.operator.as_ref().map(|g| g.leader.clone()),
                 dr: Default::default(),
                 pre_pulls: &pre_pulls,
             },
@@ -598,8 +691,33 @@ impl State {
                     .entry(name)
                     .or_insert(crate::update::observed::PullState::Pulling);
             }
-            // The model has no GKO Deployment: a self-update is never planned.
-            Action::SelfUpdate { .. } => return Err("a self-update in a world without GKO".into()),
+            Action::SelfUpdate { image, phase, .. } => {
+                let status = self.status();
+                let Some(g) = self.operator.as_mut() else {
+                    return Err("a self-update in a world without GKO's Deployment".into());
+                };
+                if let Some(image) = image
+                    && *image != g.image
+                {
+                    // GKO updates itself last, with the status saying so first.
+                    if status.update.is_some() {
+                        return Err(format!(
+                            "GKO set its own image to {image} while an update runs"
+                        ));
+                    }
+                    let recorded = status
+                        .self_update
+                        .as_ref()
+                        .is_some_and(|su| su.to_image == *image || su.from_image == *image);
+                    if !recorded {
+                        return Err(format!(
+                            "GKO set its own image to {image} with no self-update in its status"
+                        ));
+                    }
+                    g.image = image.clone();
+                }
+                g.mark = phase.map(|p| p.as_str().to_string());
+            }
             Action::AddFinalizer => {
                 self.gsp.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()])
             }
@@ -820,9 +938,14 @@ impl State {
                 ));
             }
             s.apply(&action)?;
+            s.new_holder_acted();
             out.push((format!("GKO carries out {action:?}"), s));
         } else {
-            out.push(("GKO reconciles".into(), self.reconcile(false)));
+            let mut s = self.reconcile(false);
+            if s.gsp.status != self.gsp.status {
+                s.new_holder_acted();
+            }
+            out.push(("GKO reconciles".into(), s));
             if self.budget.conflicts > 0 {
                 out.push((
                     "GKO reconciles; the API server refuses the status write (stale)".into(),
@@ -873,6 +996,8 @@ impl State {
                 .insert(crate::api::APPROVE_ANNOTATION.into(), id);
             out.push(("the user approves the update".into(), s));
         }
+        // What the GKO that lost the Lease had in flight lands.
+        out.extend(self.stale_moves()?);
         // Core Hub applies a late request, Kubernetes rolls pods, Core Hub comes back.
         out.extend(self.world_moves());
         // A pre-pull pod's pull ends.
@@ -886,6 +1011,38 @@ impl State {
             let mut s = self.clone();
             s.gko = Process::default();
             s.budget.crashes -= 1;
+            // With GKO's Deployment mid-rollout, the GKO on either ready pod may take the Lease.
+            let others: Vec<String> = self
+                .operator
+                .iter()
+                .flat_map(|g| {
+                    g.pods
+                        .iter()
+                        .filter(|p| **p != g.leader && g.pod_ready(p))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            for other in others {
+                let mut t = s.clone();
+                t.operator.as_mut().expect("GKO's Deployment").leader = other.clone();
+                out.push((
+                    format!("GKO crashes; the GKO on {other} takes the Lease"),
+                    t,
+                ));
+            }
+            if self.gate == Some(Gate::Handover) && self.stale.is_none() {
+                let mut t = s.clone();
+                t.stale = Some(Stale {
+                    process: self.gko.clone(),
+                    since: self.now,
+                    new_acted: false,
+                });
+                out.push((
+                    "the Lease changes hands; the GKO that held it has calls in flight".into(),
+                    t,
+                ));
+            }
             out.push((
                 "GKO crashes and starts again (or another GKO takes the Lease)".into(),
                 s,
@@ -911,9 +1068,72 @@ impl State {
             let mut s = self.clone();
             s.now = next;
             s.seq = 0;
+            s.drop_stale();
             out.push((format!("time passes to {next} s"), s));
         }
         Ok(out)
+    }
+
+    /// The calls the GKO that lost the Lease had in flight land, one at a time: its Kubernetes write
+    /// under way (the first action it had in hand) and its worker's maintenance requests, within the
+    /// second. With [`Mutant::IgnoreLease`] it never stopped: it carries out all it had in hand and its
+    /// worker goes on asking, whenever.
+    fn stale_moves(&self) -> Result<Vec<(String, State)>, String> {
+        let Some(st) = &self.stale else {
+            return Ok(vec![]);
+        };
+        let fenced = !super::mutated(Mutant::IgnoreLease);
+        if fenced && self.now != st.since {
+            return Ok(vec![]);
+        }
+        // The stale GKO acts as `gko` in a copy; the copy's own GKO waits in `stale` meanwhile.
+        let mut view = self.clone();
+        let st = view.stale.as_mut().expect("a stale GKO");
+        std::mem::swap(&mut view.gko, &mut st.process);
+        let mut out = vec![];
+        let write_lands = !fenced || !st.new_acted;
+        if let Some(action) = view.gko.actions.first().cloned().filter(|_| write_lands) {
+            let mut s = view.clone();
+            if fenced {
+                s.gko.actions.clear();
+            } else {
+                s.gko.actions.remove(0);
+            }
+            s.apply(&action)?;
+            out.push((
+                format!("the GKO that lost the Lease: its {action:?} lands"),
+                s,
+            ));
+        }
+        for (enter, ids) in [(true, view.to_enter()), (false, view.to_exit())] {
+            let verb = if enter { "into" } else { "out of" };
+            for id in ids {
+                out.push((
+                    format!(
+                        "the GKO that lost the Lease: its request {id} {verb} maintenance lands"
+                    ),
+                    view.send(&id, enter, false),
+                ));
+            }
+        }
+        for (_, s) in &mut out {
+            let st = s.stale.as_mut().expect("a stale GKO");
+            std::mem::swap(&mut s.gko, &mut st.process);
+        }
+        Ok(out)
+    }
+
+    fn new_holder_acted(&mut self) {
+        if let Some(st) = &mut self.stale {
+            st.new_acted = true;
+        }
+    }
+
+    /// Time passes: what the GKO that lost the Lease had in flight landed or never will.
+    fn drop_stale(&mut self) {
+        if !super::mutated(Mutant::IgnoreLease) {
+            self.stale = None;
+        }
     }
 
     /// What the world does by itself, with or without the GluesyncPlatform (all that happens once it is
@@ -937,6 +1157,7 @@ impl State {
             out.push((format!("the pods roll to {}", s.image), s));
         }
         out.extend(self.module_rollouts());
+        out.extend(self.gko_rollout());
         if self.down {
             let mut s = self.clone();
             s.down = false;
@@ -958,10 +1179,36 @@ impl State {
             .collect()
     }
 
+    /// GKO's Deployment rolls one step: a pod on its image starts (surge), or, that pod ready, the
+    /// others are retired; the GKO on a retired pod stops and the new one takes the Lease.
+    fn gko_rollout(&self) -> Option<(String, State)> {
+        let g = self.operator.as_ref()?;
+        let mut s = self.clone();
+        let n = s.operator.as_mut().expect("GKO's Deployment");
+        if !g.pods.contains(&g.image) {
+            n.pods.insert(g.image.clone());
+            return Some((format!("GKO's Deployment starts a pod on {}", g.image), s));
+        }
+        if g.pods.len() == 1 || !g.pod_ready(&g.image) {
+            return None;
+        }
+        n.pods = [g.image.clone()].into();
+        let mut label = format!("GKO's Deployment retires the pods not on {}", g.image);
+        if g.leader != g.image {
+            n.leader = g.image.clone();
+            s.gko = Process::default();
+            label += ": the GKO that led stops, the new one takes the Lease";
+        }
+        Some((label, s))
+    }
+
     fn roll_every_pod(&mut self) {
         self.pods = self.image.clone();
         for m in self.modules.values_mut() {
             m.pods = m.image.clone();
+        }
+        while let Some((_, s)) = self.gko_rollout() {
+            *self = s;
         }
     }
 
@@ -975,7 +1222,7 @@ impl State {
             Some(Gate::PrePull) => {
                 (!self.pulled).then_some("before the new image was on Core Hub's node")
             }
-            Some(Gate::Deletion | Gate::Modules) | None => None,
+            Some(Gate::Deletion | Gate::Modules | Gate::SelfUpdate | Gate::Handover) | None => None,
         };
         if let Some(when) = closed {
             let paused = RUNNING
@@ -1054,6 +1301,11 @@ impl State {
             || self.modules.values().any(|m| m.pods != m.image)
             || !self.pulls.is_empty()
             || !self.gko.actions.is_empty()
+            || status.self_update.is_some()
+            || self
+                .operator
+                .as_ref()
+                .is_some_and(|g| g.mark.is_some() || !g.rolled())
         {
             return Ok(false);
         }
@@ -1087,6 +1339,26 @@ impl State {
                 return Err(format!(
                     "the update ended {:?} with module {name} on {} (its new image {:?})",
                     attempt.result, m.image, m.fate
+                ));
+            }
+        }
+        // GKO itself: on its new image (which comes up) when its entry says updated, back on its old one
+        // otherwise.
+        if let Some(g) = &self.operator {
+            let entry = attempt.results.iter().find(|r| r.name == GKO);
+            let on_new = g.image == GKO_NEW;
+            if g.image != GKO_OLD && !on_new {
+                return Err(format!("GKO ended on {}", g.image));
+            }
+            if !g.ready() {
+                return Err(format!("GKO ended on {}, which does not come up", g.image));
+            }
+            let ok = entry.is_some_and(|e| e.status == ComponentResultStatus::Ok);
+            if ok != on_new {
+                return Err(format!(
+                    "GKO ended on {} and its entry says {:?}",
+                    g.image,
+                    entry.map(|e| e.status)
                 ));
             }
         }
@@ -1130,6 +1402,12 @@ impl State {
         good: &mut HashSet<String>,
     ) -> Result<(), String> {
         let mut s = self.clone();
+        // (What a GKO that lost the Lease had in flight lands, or not, in the histories explored; one
+        // that goes on regardless, `Mutant::IgnoreLease`, carries out all it still has at the end.)
+        let unfenced = s
+            .stale
+            .take()
+            .filter(|_| super::mutated(Mutant::IgnoreLease));
         s.budget = Budget {
             crashes: 0,
             outages: 0,
@@ -1157,6 +1435,30 @@ impl State {
                 trace.push(line);
             }
             let key = s.key();
+            if let Some(st) = &unfenced
+                && s.good_end(initial_phase)?
+            {
+                let mut after = s.clone();
+                after.gko = st.process.clone();
+                for a in std::mem::take(&mut after.gko.actions) {
+                    after.apply(&a)?;
+                }
+                for id in after.to_enter() {
+                    after = after.send(&id, true, false);
+                }
+                for id in after.to_exit() {
+                    after = after.send(&id, false, false);
+                }
+                after.gko = Process::default();
+                if !after.good_end(initial_phase)? {
+                    return Err(
+                        "the update ended well, then the GKO that lost the Lease carried on and \
+                         undid it (a pipeline in maintenance mode, or an image changed)"
+                            .into(),
+                    );
+                }
+                return Ok(());
+            }
             if good.contains(&key) || s.good_end(initial_phase)? {
                 good.extend(seen);
                 return Ok(());
@@ -1215,11 +1517,54 @@ impl State {
     }
 }
 
+/// A Deployment beside Core Hub (a module, or GKO's own) with its pods.
+fn deployment(
+    name: &str,
+    component_type: ComponentType,
+    label: &str,
+    image: &str,
+    ready: bool,
+    mark: Option<String>,
+    pods: Vec<PodView>,
+) -> Workload {
+    Workload {
+        kind: WorkloadKind::Deployment,
+        name: name.into(),
+        uid: format!("{name}-uid"),
+        component_type: Some(component_type),
+        label_value: label.into(),
+        container: Some("c".into()),
+        image: image.into(),
+        ready,
+        progress_deadline_exceeded: false,
+        rollout_blocker: None,
+        self_update_mark: mark,
+        template: Box::default(),
+        selector: Default::default(),
+        pods,
+    }
+}
+
+/// A pod on `image`, crash-looping when `failing`.
+fn side_pod(name: String, image: &str, failing: bool) -> PodView {
+    PodView {
+        name,
+        uid: format!("pod-{image}"),
+        image: image.into(),
+        ready: !failing,
+        waiting: failing.then(|| ("CrashLoopBackOff".to_string(), "back-off".to_string())),
+        restarts: i32::from(failing),
+        node: None,
+        dr_mark: None,
+    }
+}
+
 fn catalog() -> Catalog {
     [
         ("gluesync-core-hub".to_string(), "2.3.2.2".to_string()),
         ("gluesync-chronos".to_string(), "1.1.0".to_string()),
         ("gluesync-grafana".to_string(), "1.1.0".to_string()),
+        ("gluesync-operator".to_string(), "0.4.0".to_string()),
     ]
     .into()
 }
@@ -1252,7 +1597,7 @@ fn explore_fates(budget: Budget, max_states: usize, gate: Option<Gate>, fates: &
     let mut queue: VecDeque<(State, usize)> = VecDeque::new();
     let mut good: HashSet<String> = HashSet::new();
     let mut depth = 0;
-    let module_fates: &[Fate] = if gate == Some(Gate::Modules) {
+    let module_fates: &[Fate] = if matches!(gate, Some(Gate::Modules | Gate::SelfUpdate)) {
         &[Fate::Ready, Fate::CrashLoop]
     } else {
         &[Fate::Ready]
@@ -1262,6 +1607,8 @@ fn explore_fates(budget: Budget, max_states: usize, gate: Option<Gate>, fates: &
             let s = State::initial(fate, *module_fate, budget, gate);
             let modules = if gate == Some(Gate::Modules) {
                 format!(", {}'s {module_fate:?}", MODULES[0].0)
+            } else if gate == Some(Gate::SelfUpdate) {
+                format!(", GKO's new pod {module_fate:?}")
             } else {
                 String::new()
             };
@@ -1407,11 +1754,22 @@ fn the_update_keeps_its_promises_exhaustively() {
         Gate::PrePull,
         Gate::Deletion,
         Gate::Modules,
+        Gate::SelfUpdate,
+        Gate::Handover,
     ] {
         let o = explore_with(budget, max / 4, Some(gate));
         report(&format!("full, {gate:?}"), budget, &o);
         assert!(o.violation.is_none(), "{gate:?}");
     }
+    // And one Lease change, with nothing else going wrong, as deep as Core Hub's rollback (where it found
+    // a write of the new image landing after the rollback).
+    let one = Budget {
+        crashes: 1,
+        ..NO_FAULT
+    };
+    let o = explore_fates(one, max / 2, Some(Gate::Handover), &[Fate::Ready]);
+    report("full, one Lease change", one, &o);
+    assert!(o.violation.is_none());
 }
 
 /// Each property bites: a deliberately broken engine is caught, with its shortest history.
@@ -1634,5 +1992,57 @@ fn a_module_left_on_its_failing_image_is_caught() {
         Gate::Modules,
         &[Fate::Ready],
         &["with module chronos", "chronos was not ready"],
+    );
+}
+
+/// GKO's own update: last, once the update has ended (its status says so before its image changes);
+/// the new GKO's pod crash-looping, the old GKO (which leads until the new pod is ready) puts its image
+/// back; GKO ends on its old or its new image, ready, as its entry in the attempt says; the Lease may
+/// change hands between the two GKOs at any point; every other promise holds as without it.
+#[test]
+fn gko_updates_itself_last_and_puts_itself_back_when_it_does_not_come_up() {
+    holds_with(Gate::SelfUpdate);
+}
+
+/// GKO changing its own image as the update starts, and a new GKO that does not come up left on its
+/// image, are each caught.
+#[test]
+fn a_self_update_too_early_or_without_its_rollback_is_caught() {
+    for (m, expect) in [
+        (Mutant::SelfUpdateFirst, &["while an update runs"][..]),
+        (
+            Mutant::NoSelfRollback,
+            &["no good end", "does not come up"][..],
+        ),
+    ] {
+        caught_with(m, NO_FAULT, Gate::SelfUpdate, &[Fate::Ready], expect);
+    }
+}
+
+/// Two GKOs: the Lease changes hands between any two steps while the GKO that held it has a write and
+/// maintenance requests in flight, which land in any order with what the new holder does; every promise
+/// holds as with one GKO.
+#[test]
+fn the_lease_changing_hands_with_calls_in_flight_loses_nothing() {
+    holds_with(Gate::Handover);
+}
+
+#[test]
+fn a_gko_that_goes_on_after_losing_the_lease_is_caught() {
+    caught_with(
+        Mutant::IgnoreLease,
+        Budget {
+            crashes: 1,
+            ..NO_FAULT
+        },
+        Gate::Handover,
+        &[Fate::Ready],
+        &[
+            "carried on and undid it",
+            "no good end",
+            "does not record it",
+            "patched while",
+            "not back on its image",
+        ],
     );
 }

@@ -44,11 +44,17 @@ pub(crate) enum Mutant {
     LetGoWithPaused,
     /// The step Modules patches every module at once instead of one by one.
     ModulesAtOnce,
+    /// An update that will update GKO changes GKO's image as it starts, not once it has ended.
+    SelfUpdateFirst,
+    /// A new GKO that does not come up is left on its image: GKO's own update waits for it forever.
+    NoSelfRollback,
+    /// A GKO that lost the Lease goes on: its Core Hub worker keeps calling and its writes keep going.
+    IgnoreLease,
 }
 
 impl Mutant {
     #[cfg(all(not(test), feature = "test-hooks"))]
-    const ALL: [Mutant; 16] = [
+    const ALL: [Mutant; 19] = [
         Mutant::OldResume,
         Mutant::PauseBeforeRecord,
         Mutant::PatchBeforeDrained,
@@ -65,6 +71,9 @@ impl Mutant {
         Mutant::PauseBeforeFinalizer,
         Mutant::LetGoWithPaused,
         Mutant::ModulesAtOnce,
+        Mutant::SelfUpdateFirst,
+        Mutant::NoSelfRollback,
+        Mutant::IgnoreLease,
     ];
 }
 

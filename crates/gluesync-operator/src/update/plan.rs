@@ -202,6 +202,14 @@ pub(super) fn preflight(
                 .filter(|_| named.as_ref().is_none_or(|ids| ids.contains(&w.name)))
             {
                 Some(to) => {
+                    if super::mutated(super::Mutant::SelfUpdateFirst) {
+                        d.actions.push(super::Action::SelfUpdate {
+                            name: w.name.clone(),
+                            container: container.clone(),
+                            image: Some(to.clone()),
+                            phase: None,
+                        });
+                    }
                     let note = format!(
                         "GKO updates itself to {} once this update has ended",
                         crate::api::version::image_version(&to)

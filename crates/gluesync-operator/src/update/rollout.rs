@@ -143,9 +143,9 @@ pub(crate) fn stable_on(
 }
 
 /// Makes sure the workload runs `image`.
-fn ensure_image(c: &PlannedComponent, w: &Workload, image: &str, d: &mut Decision) {
+fn ensure_image(c: &PlannedComponent, w: &Workload, image: &str, actions: &mut Vec<Action>) {
     if w.image != image {
-        d.actions.push(Action::SetImage {
+        actions.push(Action::SetImage {
             kind: c.kind,
             name: c.name.clone(),
             container: c.container.clone(),
@@ -183,6 +183,10 @@ pub(super) fn core_hub(
     let mut failures = vec![];
     let mut all_updated = true;
     let mut patched_now = false;
+    // The image writes wait for the verdict: a decision that gives the new images up writes none of
+    // them. Carried out after the status says Rollback (by this GKO, or landing late from one that lost
+    // the Lease meanwhile), such a write would leave Core Hub on the new image once it is rolled back.
+    let mut writes = vec![];
     for c in u.components.iter_mut().filter(|c| is_core(c)) {
         let Some(to) = c.to_image.clone() else {
             continue;
@@ -194,7 +198,7 @@ pub(super) fn core_hub(
             failures.push(format!("{} is gone", c.name));
             continue;
         };
-        ensure_image(c, w, &to, d);
+        ensure_image(c, w, &to, &mut writes);
         if c.state == ComponentState::Pending {
             c.state = ComponentState::Patched;
             c.patched_at = Some(now.clone());
@@ -240,6 +244,7 @@ pub(super) fn core_hub(
         move_to(gsp, u, UpdateStep::CoreHubRollback, now, d);
         return;
     }
+    d.actions.extend(writes);
     if all_updated {
         let message = format!("Core Hub {} passed its stability check", target(gsp, u));
         d.event(false, crate::api::Reason::CoreHubUpdated, message.clone());
@@ -274,7 +279,7 @@ fn roll_back(
         return Some(true);
     }
     let from = c.from_image.clone();
-    ensure_image(c, w, &from, d);
+    ensure_image(c, w, &from, &mut d.actions);
     // A StatefulSet does not replace a pod of the failed revision that never became ready.
     if w.kind == WorkloadKind::StatefulSet {
         for pod in w.pods.iter().filter(|p| p.image != from && !p.ready) {
@@ -346,7 +351,12 @@ fn modules_at_once(obs: &Observed, u: &mut UpdateStatus, d: &mut Decision) {
             && c.state == ComponentState::Pending
     }) {
         if let Some(w) = obs.workloads.iter().find(|w| w.name == c.name) {
-            ensure_image(c, w, &c.to_image.clone().unwrap_or_default(), d);
+            ensure_image(
+                c,
+                w,
+                &c.to_image.clone().unwrap_or_default(),
+                &mut d.actions,
+            );
             c.state = ComponentState::Patched;
             c.patched_at = Some(obs.now.clone());
         }
@@ -385,7 +395,7 @@ pub(super) fn modules(
     let to = c.to_image.clone().unwrap_or_default();
     match c.state {
         ComponentState::Pending | ComponentState::Patched => {
-            ensure_image(c, w, &to, d);
+            ensure_image(c, w, &to, &mut d.actions);
             if c.state == ComponentState::Pending {
                 c.state = ComponentState::Patched;
                 c.patched_at = Some(now.clone());

@@ -296,6 +296,9 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
                     d.status.message = Some(message.clone());
                     end(d, &su, ComponentResultStatus::Ok, message);
                 }
+                Err(_) if super::mutated(super::Mutant::NoSelfRollback) => {
+                    d.status.self_update = Some(su);
+                }
                 Ok(_) => {
                     d.status.message = Some(if i_am_old {
                         format!(

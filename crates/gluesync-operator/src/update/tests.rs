@@ -2748,3 +2748,36 @@ fn a_second_update_asks_the_pipelines_in_again() {
     );
     assert!(world.hub.in_maintenance().is_empty());
 }
+
+/// Core Hub's step found past its deadline before Core Hub's image was ever set (GKO slow, or a GKO that
+/// just took the Lease): the decision that gives the new image up writes none of it. A write of it
+/// carried out after the status says Rollback (by this GKO, or landing late from one that lost the Lease
+/// meanwhile) would leave Core Hub on the new image after the rollback: found by the model check.
+#[test]
+fn a_core_hub_step_past_its_deadline_before_the_patch_writes_no_new_image() {
+    let (mut g, mut world) = drained_start(
+        Hub::new(&["a"], &[]),
+        serde_json::json!({"stabilityTimeoutSeconds": 30}),
+    );
+    world.until(&mut g, 1, CoreHub);
+    let d = world.decide(&g, &at(40));
+    let u = d.status.update.as_ref().expect("an update");
+    assert_eq!(u.step.name(), CoreHubRollback, "{:?}", d.status.message);
+    assert_eq!(u.outcome.as_ref().unwrap().result, UpdateResult::Failed);
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::SetImage { image, .. } if image.ends_with("2.3.2.2"))),
+        "{:?}",
+        d.actions
+    );
+    // Within the deadline the same decision does set it.
+    let d = world.decide(&g, &at(2));
+    assert!(
+        d.actions
+            .iter()
+            .any(|a| matches!(a, Action::SetImage { image, .. } if image.ends_with("2.3.2.2"))),
+        "{:?}",
+        d.actions
+    );
+}
