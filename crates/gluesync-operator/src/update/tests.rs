@@ -2781,3 +2781,41 @@ fn a_core_hub_step_past_its_deadline_before_the_patch_writes_no_new_image() {
         d.actions
     );
 }
+
+/// Core Hub's rollback that does not become ready either, by the step's deadline: the update ends Failed
+/// and Core Hub's entry in the attempt is an error that says so.
+#[test]
+fn a_rollback_that_does_not_come_up_is_an_error_in_the_attempt() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a"], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 2);
+    world.workloads[0].image = "molo17/gluesync-core-hub:2.3.2.2".into();
+    world.workloads[0].ready = false;
+    world.workloads[0].pods[0] = PodView {
+        waiting: Some(("CrashLoopBackOff".into(), "back-off".into())),
+        ..pod("core-hub", "molo17/gluesync-core-hub:2.3.2.2", false, 1)
+    };
+    world.step(&mut g, 3);
+    assert_eq!(update(&g).step.name(), CoreHubRollback);
+    // The old image back on the workload, its pod never ready.
+    world.step(&mut g, 4);
+    assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
+    world.workloads[0].pods[0] = pod("core-hub", "molo17/gluesync-core-hub:2.3.2.1", false, 3);
+    world.workloads[0].ready = false;
+    for t in 700..800 {
+        world.step(&mut g, t);
+        if status(&g).update.is_none() {
+            break;
+        }
+    }
+    let attempt = status(&g).last_attempt.clone().expect("the update ended");
+    assert_eq!(attempt.result, UpdateResult::Failed);
+    let core = result_of(&g, "core-hub");
+    assert_eq!(core.status, ComponentResultStatus::Error, "{core:?}");
+    assert!(
+        core.message
+            .as_deref()
+            .is_some_and(|m| m.contains("did not become ready either")),
+        "{core:?}"
+    );
+}
