@@ -28,6 +28,9 @@
 //!   image changes only in the step Modules, while every other module is ready on its image; Succeeded
 //!   leaves each on its new image, Degraded none on an image that does not come up, Failed and Refused
 //!   each on its old one.
+//! - with an agent ([`Gate::Agents`]), its new image crash-looping or not: its image changes only while
+//!   every pipeline that was running is in maintenance mode; it ends on its new image when Core Hub
+//!   does, on its old one when the update Failed or was Refused.
 //! - with GKO's own Deployment ([`Gate::SelfUpdate`]), its new image coming up or crash-looping: GKO's
 //!   image changes only once no update runs, with the self-update in the status first; GKO ends on its
 //!   new image, ready, when its entry in the attempt says `OK`, on its old one otherwise.
@@ -67,6 +70,12 @@ const MODULES: [(&str, &str, &str); 2] = [
         "molo17/gluesync-grafana:1.1.0",
     ),
 ];
+/// The agent of the model world (under [`Gate::Agents`]): name, image before, image after.
+const AGENTS: [(&str, &str, &str); 1] = [(
+    "agent-mssql",
+    "molo17/gluesync-mssql-cdc:2.3.2.1",
+    "molo17/gluesync-mssql-cdc:2.3.2.2",
+)];
 /// GKO's own Deployment (under [`Gate::SelfUpdate`]): its name, image before, image after.
 const GKO: &str = "gluesync-operator";
 const GKO_OLD: &str = "molo17/gluesync-operator:0.3.0";
@@ -93,7 +102,7 @@ enum Fate {
     Unpullable,
 }
 
-/// A module's workload: its image, the image its pods run, and what its new image does.
+/// A module's or an agent's workload: its image, the image its pods run, and what its new image does.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Module {
     image: String,
@@ -101,15 +110,25 @@ struct Module {
     fate: Fate,
     /// An update planned its new image (without the catalog's answer it has none to plan).
     planned: bool,
+    /// An agent (a StatefulSet beside Core Hub, changed and rolled back with it), not a module.
+    agent: bool,
 }
 
 impl Module {
     fn new_image(name: &str) -> &'static str {
-        MODULES.iter().find(|m| m.0 == name).map_or("", |m| m.2)
+        MODULES
+            .iter()
+            .chain(&AGENTS)
+            .find(|m| m.0 == name)
+            .map_or("", |m| m.2)
     }
 
     fn old_image(name: &str) -> &'static str {
-        MODULES.iter().find(|m| m.0 == name).map_or("", |m| m.1)
+        MODULES
+            .iter()
+            .chain(&AGENTS)
+            .find(|m| m.0 == name)
+            .map_or("", |m| m.1)
     }
 
     /// Its pods fail: they run the new image, which does not come up.
@@ -190,6 +209,9 @@ enum Gate {
     /// Not a gate: two modules beside Core Hub, which the catalog has newer versions of; they are
     /// updated one by one after Core Hub, and the first one's new image may crash-loop.
     Modules,
+    /// Not a gate: an agent beside Core Hub, at Core Hub's version: changed with Core Hub while the
+    /// pipelines are in maintenance mode, rolled back with it; its new image may crash-loop.
+    Agents,
     /// Not a gate: the user may delete the GluesyncPlatform at any point, once. It goes when GKO takes
     /// its finalizer off (at once if the finalizer is not on); then GKO and its worker stop for it, and
     /// its pre-pull pods go with it (their owner).
@@ -285,8 +307,14 @@ impl State {
                         serde_json::json!([{"start": "08:01", "durationMinutes": 1}]);
                 }
                 Some(Gate::PrePull) => spec["prePull"] = serde_json::json!({"timeoutSeconds": 10}),
-                Some(Gate::Deletion | Gate::Modules | Gate::SelfUpdate | Gate::Handover) | None => {
-                }
+                Some(
+                    Gate::Deletion
+                    | Gate::Modules
+                    | Gate::Agents
+                    | Gate::SelfUpdate
+                    | Gate::Handover,
+                )
+                | None => {}
             }
             serde_json::from_value::<GluesyncPlatformSpec>(spec).unwrap()
         };
@@ -332,8 +360,23 @@ impl State {
                                 Fate::Ready
                             },
                             planned: false,
+                            agent: false,
                         };
                         (name.to_string(), module)
+                    })
+                    .collect()
+            } else if gate == Some(Gate::Agents) {
+                AGENTS
+                    .iter()
+                    .map(|(name, old, _)| {
+                        let agent = Module {
+                            image: old.to_string(),
+                            pods: old.to_string(),
+                            fate: module_fate,
+                            planned: false,
+                            agent: true,
+                        };
+                        (name.to_string(), agent)
                     })
                     .collect()
             } else {
@@ -484,10 +527,15 @@ impl State {
         .into_iter()
         .chain(self.modules.iter().map(|(name, m)| {
             let pod = side_pod(format!("{name}-0"), &m.pods, m.failing(name));
+            let (component_type, label) = if m.agent {
+                (ComponentType::Agent, "agent")
+            } else {
+                (ComponentType::Module, "module")
+            };
             deployment(
                 name,
-                ComponentType::Module,
-                "module",
+                component_type,
+                label,
                 &m.image,
                 m.ready(name),
                 None,
@@ -636,6 +684,19 @@ impl State {
     fn apply_checked(&mut self, action: &Action, checking: bool) -> Result<(), String> {
         match action {
             // (Checked in a fair run too: the step Modules lies deep in every history.)
+            // An agent's new image, as Core Hub's: only while every pipeline that was running is in
+            // maintenance mode.
+            Action::SetImage { name, image, .. }
+                if self.modules.get(name).is_some_and(|m| m.agent) =>
+            {
+                let out = self.running_outside();
+                if checking && image == Module::new_image(name) && !out.is_empty() {
+                    return Err(format!(
+                        "agent {name} patched while {out:?} ran outside maintenance mode"
+                    ));
+                }
+                self.set_side_image(name, image);
+            }
             Action::SetImage { name, image, .. } if self.modules.contains_key(name) => {
                 {
                     let step = self.status().update.map(|u| u.step.name());
@@ -647,31 +708,21 @@ impl State {
                     if let Some((other, _)) = self
                         .modules
                         .iter()
-                        .find(|(other, m)| *other != name && !m.ready(other))
+                        .find(|(other, m)| !m.agent && *other != name && !m.ready(other))
                     {
                         return Err(format!(
                             "module {name}'s image changed while module {other} was not ready on its own"
                         ));
                     }
                 }
-                let m = self.modules.get_mut(name).expect("a module");
-                if *image != m.image {
-                    self.image_changed = true;
-                }
-                m.image = image.clone();
+                self.set_side_image(name, image);
             }
             Action::SetImage { image, .. } => {
-                if checking && image == NEW {
-                    let out: Vec<&str> = RUNNING
-                        .iter()
-                        .filter(|p| !self.pipelines[**p])
-                        .copied()
-                        .collect();
-                    if !out.is_empty() {
-                        return Err(format!(
-                            "Core Hub patched while {out:?} ran outside maintenance mode"
-                        ));
-                    }
+                let out = self.running_outside();
+                if checking && image == NEW && !out.is_empty() {
+                    return Err(format!(
+                        "Core Hub patched while {out:?} ran outside maintenance mode"
+                    ));
                 }
                 if *image != self.image {
                     self.image_changed = true;
@@ -681,7 +732,15 @@ impl State {
             Action::DeletePrePull(name) => {
                 self.pulls.remove(name);
             }
-            Action::DeletePod(_) => self.pods = self.image.clone(),
+            // A stuck pod of a failed revision: its StatefulSet replaces it on its image.
+            Action::DeletePod(pod) => match self
+                .modules
+                .iter_mut()
+                .find(|(name, _)| format!("{name}-0") == *pod)
+            {
+                Some((_, m)) => m.pods = m.image.clone(),
+                None => self.pods = self.image.clone(),
+            },
             Action::CreatePod(pod) => {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 if self.gate != Some(Gate::PrePull) {
@@ -750,6 +809,24 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// The pipelines that were running and are not in maintenance mode.
+    fn running_outside(&self) -> Vec<&'static str> {
+        RUNNING
+            .iter()
+            .filter(|p| !self.pipelines[**p])
+            .copied()
+            .collect()
+    }
+
+    /// A module's or an agent's workload takes `image`.
+    fn set_side_image(&mut self, name: &str, image: &str) {
+        let m = self.modules.get_mut(name).expect("a module or an agent");
+        if image != m.image {
+            self.image_changed = true;
+        }
+        m.image = image.to_string();
     }
 
     /// The worker's epoch handling, as at the top of each of its rounds.
@@ -1222,7 +1299,10 @@ impl State {
             Some(Gate::PrePull) => {
                 (!self.pulled).then_some("before the new image was on Core Hub's node")
             }
-            Some(Gate::Deletion | Gate::Modules | Gate::SelfUpdate | Gate::Handover) | None => None,
+            Some(
+                Gate::Deletion | Gate::Modules | Gate::Agents | Gate::SelfUpdate | Gate::Handover,
+            )
+            | None => None,
         };
         if let Some(when) = closed {
             let paused = RUNNING
@@ -1331,14 +1411,19 @@ impl State {
                 return Err(format!("module {name} ended on {}", m.image));
             }
             let wanted = match attempt.result {
+                // An agent goes with Core Hub: on its new image when Core Hub is.
+                UpdateResult::Succeeded | UpdateResult::Degraded if m.agent => on_new,
                 UpdateResult::Succeeded => on_new || !m.planned,
                 UpdateResult::Degraded => !(on_new && m.fate != Fate::Ready),
                 UpdateResult::Failed | UpdateResult::Refused => m.image == Module::old_image(name),
             };
             if !wanted {
                 return Err(format!(
-                    "the update ended {:?} with module {name} on {} (its new image {:?})",
-                    attempt.result, m.image, m.fate
+                    "the update ended {:?} with {} {name} on {} (its new image {:?})",
+                    attempt.result,
+                    if m.agent { "agent" } else { "module" },
+                    m.image,
+                    m.fate
                 ));
             }
         }
@@ -1517,7 +1602,7 @@ impl State {
     }
 }
 
-/// A Deployment beside Core Hub (a module, or GKO's own) with its pods.
+/// A workload beside Core Hub (a module, an agent, or GKO's own Deployment) with its pods.
 fn deployment(
     name: &str,
     component_type: ComponentType,
@@ -1528,7 +1613,12 @@ fn deployment(
     pods: Vec<PodView>,
 ) -> Workload {
     Workload {
-        kind: WorkloadKind::Deployment,
+        // An agent is a StatefulSet, as Core Hub.
+        kind: if component_type == ComponentType::Agent {
+            WorkloadKind::StatefulSet
+        } else {
+            WorkloadKind::Deployment
+        },
         name: name.into(),
         uid: format!("{name}-uid"),
         component_type: Some(component_type),
@@ -1597,16 +1687,19 @@ fn explore_fates(budget: Budget, max_states: usize, gate: Option<Gate>, fates: &
     let mut queue: VecDeque<(State, usize)> = VecDeque::new();
     let mut good: HashSet<String> = HashSet::new();
     let mut depth = 0;
-    let module_fates: &[Fate] = if matches!(gate, Some(Gate::Modules | Gate::SelfUpdate)) {
-        &[Fate::Ready, Fate::CrashLoop]
-    } else {
-        &[Fate::Ready]
-    };
+    let module_fates: &[Fate] =
+        if matches!(gate, Some(Gate::Modules | Gate::Agents | Gate::SelfUpdate)) {
+            &[Fate::Ready, Fate::CrashLoop]
+        } else {
+            &[Fate::Ready]
+        };
     for &fate in fates {
         for module_fate in module_fates {
             let s = State::initial(fate, *module_fate, budget, gate);
             let modules = if gate == Some(Gate::Modules) {
                 format!(", {}'s {module_fate:?}", MODULES[0].0)
+            } else if gate == Some(Gate::Agents) {
+                format!(", {}'s {module_fate:?}", AGENTS[0].0)
             } else if gate == Some(Gate::SelfUpdate) {
                 format!(", GKO's new pod {module_fate:?}")
             } else {
@@ -1754,6 +1847,7 @@ fn the_update_keeps_its_promises_exhaustively() {
         Gate::PrePull,
         Gate::Deletion,
         Gate::Modules,
+        Gate::Agents,
         Gate::SelfUpdate,
         Gate::Handover,
     ] {
@@ -2044,5 +2138,36 @@ fn a_gko_that_goes_on_after_losing_the_lease_is_caught() {
             "patched while",
             "not back on its image",
         ],
+    );
+}
+
+/// An agent beside Core Hub, its new image coming up or crash-looping: its image changes only while every
+/// pipeline that was running is in maintenance mode; it ends on its new image when Core Hub does, back on
+/// its old one when the update Failed or was Refused; every other promise holds as without it.
+#[test]
+fn an_agent_goes_with_core_hub_and_back_with_it() {
+    holds_with(Gate::Agents);
+}
+
+#[test]
+fn an_agent_left_on_its_failing_image_is_caught() {
+    // Core Hub comes up, the agent's new image crash-loops: only the agent's rollback is left to miss.
+    caught_with(
+        Mutant::NoRollback,
+        NO_FAULT,
+        Gate::Agents,
+        &[Fate::Ready],
+        &["with agent agent-mssql", "no good end"],
+    );
+}
+
+#[test]
+fn an_agent_patched_before_the_drain_is_caught() {
+    caught_with(
+        Mutant::AgentBeforeDrain,
+        NO_FAULT,
+        Gate::Agents,
+        &[Fate::Ready],
+        &["agent agent-mssql patched while"],
     );
 }

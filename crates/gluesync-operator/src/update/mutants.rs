@@ -48,13 +48,15 @@ pub(crate) enum Mutant {
     SelfUpdateFirst,
     /// A new GKO that does not come up is left on its image: GKO's own update waits for it forever.
     NoSelfRollback,
+    /// Snapshot changes the agents' images, before the drain has put the pipelines into maintenance mode.
+    AgentBeforeDrain,
     /// A GKO that lost the Lease goes on: its Core Hub worker keeps calling and its writes keep going.
     IgnoreLease,
 }
 
 impl Mutant {
     #[cfg(all(not(test), feature = "test-hooks"))]
-    const ALL: [Mutant; 19] = [
+    const ALL: [Mutant; 20] = [
         Mutant::OldResume,
         Mutant::PauseBeforeRecord,
         Mutant::PatchBeforeDrained,
@@ -74,6 +76,7 @@ impl Mutant {
         Mutant::SelfUpdateFirst,
         Mutant::NoSelfRollback,
         Mutant::IgnoreLease,
+        Mutant::AgentBeforeDrain,
     ];
 }
 

@@ -306,14 +306,8 @@ fn drain_timeout(
     d.event(true, crate::api::Reason::DrainTimeout, message.clone());
     if mutated(Mutant::RefusedPatches)
         && let Some(c) = u.components.iter().find(|c| super::rollout::is_core(c))
-        && let Some(to) = &c.to_image
     {
-        d.actions.push(super::Action::SetImage {
-            kind: c.kind,
-            name: c.name.clone(),
-            container: c.container.clone(),
-            image: to.clone(),
-        });
+        d.actions.extend(super::rollout::new_image_write(c));
     }
     settle_outcome(
         u,

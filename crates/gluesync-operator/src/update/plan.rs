@@ -313,6 +313,11 @@ pub(super) fn snapshot(
         if let Some(w) = obs.workloads.iter().find(|w| w.name == c.name) {
             c.from_image = w.image.clone();
         }
+        if super::mutated(super::Mutant::AgentBeforeDrain)
+            && c.component_type == ComponentType::Agent
+        {
+            d.actions.extend(super::rollout::new_image_write(c));
+        }
     }
     if super::rollout::core_hub_changes(u) {
         // GKO's finalizer goes on with the next write (see `decide_now`); the drain asks nothing

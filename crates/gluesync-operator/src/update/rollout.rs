@@ -142,6 +142,16 @@ pub(crate) fn stable_on(
     Ok(false)
 }
 
+/// The write of `c`'s new image, if it has one (the deliberate bugs' shortcut past the steps).
+pub(super) fn new_image_write(c: &PlannedComponent) -> Option<Action> {
+    c.to_image.as_ref().map(|to| Action::SetImage {
+        kind: c.kind,
+        name: c.name.clone(),
+        container: c.container.clone(),
+        image: to.clone(),
+    })
+}
+
 /// Makes sure the workload runs `image`.
 fn ensure_image(c: &PlannedComponent, w: &Workload, image: &str, actions: &mut Vec<Action>) {
     if w.image != image {
