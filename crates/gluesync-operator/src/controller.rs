@@ -146,7 +146,7 @@ pub async fn reconcile(
     for i in 0..STEPS_PER_RECONCILE {
         // A workload may have appeared during the last step's writes, its pods not yet watched: what
         // was decided so far is written, and the rest waits for the pods.
-        if !view.pods_listed() {
+        if !view.pods_listed() || view.lagging_write().is_some() {
             if let Some(before) = unwritten.written.take() {
                 let status = std::mem::replace(&mut gsp.status, before).unwrap_or_default();
                 let Some(committed) = write(&ctx, gsp, status).await? else {

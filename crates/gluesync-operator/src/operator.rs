@@ -167,6 +167,7 @@ pub async fn run(
         pre_pulls: pre_pulls.clone(),
         refused_pods: Default::default(),
         recent: Default::default(),
+        written: Default::default(),
         changed,
         instance: settings.instance.clone(),
         access: settings.access.clone(),

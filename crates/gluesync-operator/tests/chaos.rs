@@ -2,11 +2,14 @@
 //! plane with the simulator as Core Hub and GKO as real processes, and GKO's invariants checked after each.
 //!
 //! A history is a few steps, each a wait then one operation: a new `spec.version` (a good one, an older
-//! one, one whose pods crash-loop or cannot be pulled), a new `spec.requestID`, or a fault: GKO killed
+//! one, one whose pods crash-loop or cannot be pulled), a new `spec.requestID`, a disaster-recovery setup
+//! or its teardown, `spec.updatePolicy` flipped, the GluesyncPlatform deleted and created again, or a
+//! fault: GKO killed
 //! (SIGKILL) or stopped (SIGTERM), a second GKO started, Core Hub down, slow or answering 500, maintenance
 //! requests applied late, a pipeline that never reaches maintenance mode, the catalog in maintenance,
-//! kube-apiserver killed and started again. Afterwards every fault is cleared, one GKO runs, and the
-//! install must settle and satisfy [`violations`]. proptest generates the histories from a printed seed
+//! kube-apiserver killed and started again. Afterwards every fault is cleared, the pair (if any) is
+//! taken down, one GKO runs, and the install must settle and satisfy [`violations`]: among them, every
+//! workload field but the image as before the history, so a setup's changes are put back exactly. proptest generates the histories from a printed seed
 //! and, when one breaks an invariant, shrinks it to the shortest schedule that still does; that schedule
 //! is saved under `tests/chaos-regressions/` and replayed by the suite.
 //!
@@ -36,6 +39,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 const CORE_HUB: &str = "gluesync-gluesync-core-hub";
+/// The pair's Secret (the chart's), and the shared secret the history puts in it.
+const DR_SECRET: &str = "gluesync-disaster-recovery";
+const DR_SHARED: &str = "chaos-pair-secret-0123456789-abcdefghij";
 const KEPT: &str = "kept-in-maintenance-00020";
 
 /// One operation of a history.
@@ -45,6 +51,15 @@ enum Op {
     Version(String),
     /// A new `spec.requestID`: run the same versions again.
     NewRequest,
+    /// A disaster-recovery setup asked for (`spec.disasterRecovery`, a new revision each time).
+    DrSetUp,
+    /// The disaster-recovery setup taken down (`spec.disasterRecovery` removed).
+    DrTearDown,
+    /// `spec.updatePolicy` set to this (`ui` or `gitops`).
+    Policy(String),
+    /// The GluesyncPlatform deleted, and created again with the same spec once GKO let it go (once its
+    /// pipelines ran again and its pair was down).
+    Recreate,
     /// GKO killed with SIGKILL.
     Kill,
     /// GKO stopped with SIGTERM.
@@ -74,7 +89,15 @@ enum Op {
 
 impl Op {
     fn is_fault(&self) -> bool {
-        !matches!(self, Op::Version(_) | Op::NewRequest)
+        !matches!(
+            self,
+            Op::Version(_)
+                | Op::NewRequest
+                | Op::DrSetUp
+                | Op::DrTearDown
+                | Op::Policy(_)
+                | Op::Recreate
+        )
     }
 }
 
@@ -99,6 +122,10 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => prop::sample::select(VERSIONS.to_vec()).prop_map(|v| Op::Version(v.to_string())),
         2 => Just(Op::NewRequest),
+        2 => Just(Op::DrSetUp),
+        2 => Just(Op::DrTearDown),
+        2 => prop::sample::select(vec!["gitops", "ui"]).prop_map(|p| Op::Policy(p.to_string())),
+        1 => Just(Op::Recreate),
         8 => Just(Op::Kill),
         4 => Just(Op::Term),
         2 => Just(Op::Second),
@@ -169,6 +196,8 @@ struct Before {
     specs: BTreeMap<String, Value>,
     core_hub_image: String,
     running: Vec<String>,
+    /// The maintenance enter requests made before the GluesyncPlatform was last created.
+    enters: BTreeMap<String, u32>,
 }
 
 /// Every managed workload's spec, with the managed container's image masked (the one field GKO may
@@ -270,10 +299,12 @@ fn violations(
         entries.len() == status.history.len(),
         format!("an update has two history entries: {:?}", status.history),
     );
-    // At most one maintenance request per pipeline per update.
+    // At most one maintenance request per pipeline per update (of this GluesyncPlatform: one deleted and
+    // created again starts its history anew).
     let calls = sim.calls();
     let updates = status.history.len() as u32;
     for (p, n) in &calls.enter {
+        let n = &(n - before.enters.get(p).copied().unwrap_or(0));
         check(
             *n <= updates.max(1) && p != KEPT,
             format!("pipeline {p} asked into maintenance {n} times in {updates} updates"),
@@ -307,12 +338,44 @@ fn violations(
     }
     // No workload field but the image changed.
     for (name, spec) in &before.specs {
+        let now = specs.get(name).cloned().unwrap_or(Value::Null);
+        let mut changed = vec![];
+        differences("", spec, &now, &mut changed);
         check(
-            specs.get(name) == Some(spec),
-            format!("{name}: a field other than the image changed"),
+            changed.is_empty(),
+            format!(
+                "{name}: a field other than the image changed: {}",
+                changed.join("; ")
+            ),
         );
     }
     out
+}
+
+/// Where `a` and `b` differ, as `path: before -> after` (values cut at 200 characters).
+fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let (va, vb) = (
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                );
+                differences(&format!("{path}.{k}"), va, vb, out);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
+                differences(&format!("{path}[{i}]"), va, vb, out);
+            }
+        }
+        _ if a != b => {
+            let cut = |v: &Value| v.to_string().chars().take(200).collect::<String>();
+            out.push(format!("{path}: {} -> {}", cut(a), cut(b)));
+        }
+        _ => {}
+    }
 }
 
 /// Runs one history in a fresh namespace; the violations found (empty: none).
@@ -348,6 +411,12 @@ async fn run(
             },
         )
     };
+    retried("the pair's Secret", || async {
+        ns.apply(&format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {DR_SECRET}\nstringData:\n  sharedSecret: {DR_SHARED}\n"
+        ))
+    })
+    .await?;
     let mut gkos = vec![spawn("gko-a")?];
     wait_settled(&ns).await?;
     if let Some(m) = mutant {
@@ -357,7 +426,7 @@ async fn run(
             .await
             .map_err(|e| anyhow::anyhow!("GKO did not switch {m} on: {e:#}"))?;
     }
-    let before = Before {
+    let mut before = Before {
         specs: retried("the workloads", || async { workload_specs(&ns) }).await?,
         core_hub_image: retried("Core Hub's image", || {
             image_of(&ns, "statefulset", CORE_HUB)
@@ -369,9 +438,11 @@ async fn run(
             .filter(|p| !p.is_in_maintenance_mode)
             .map(|p| p.id)
             .collect(),
+        enters: BTreeMap::new(),
     };
     let mut asked = vec![];
     let mut requests = 0;
+    let mut revisions = 0;
     let mut stuck_on_stop = 0u32;
     tally.histories += 1;
     let t1 = Instant::now();
@@ -389,6 +460,55 @@ async fn run(
                 requests += 1;
                 let id = json!({"requestID": format!("chaos-{requests}")});
                 retried("a new request", || patch_spec(&ns, id.clone())).await?;
+            }
+            Op::DrSetUp => {
+                revisions += 1;
+                let pair = json!({"disasterRecovery": {
+                    "role": "secondary",
+                    "peerAddress": "dr-a.example.com",
+                    "revision": format!("r{revisions}"),
+                    "service": {"type": "ClusterIP"},
+                }});
+                retried("a pair", || patch_spec(&ns, pair.clone())).await?;
+            }
+            Op::DrTearDown => {
+                let none = json!({"disasterRecovery": null});
+                retried("no pair", || patch_spec(&ns, none.clone())).await?;
+            }
+            Op::Policy(p) => {
+                retried("a policy", || patch_spec(&ns, json!({"updatePolicy": p}))).await?;
+            }
+            Op::Recreate => {
+                let api = platforms(&ns);
+                let g = retried("the GluesyncPlatform", || async {
+                    Ok(api.get("gluesync").await?)
+                })
+                .await?;
+                retried("its deletion", || async {
+                    Ok(api
+                        .delete("gluesync", &Default::default())
+                        .await
+                        .map(|_| ())?)
+                })
+                .await?;
+                let gone = eventually(
+                    "the GluesyncPlatform to go",
+                    Duration::from_secs(180),
+                    || async { Ok(api.get_opt("gluesync").await?.is_none().then_some(())) },
+                )
+                .await;
+                if let Err(e) = gone {
+                    return Ok(vec![format!(
+                        "the deleted GluesyncPlatform did not go: {e:#}"
+                    )]);
+                }
+                before.enters = sim.calls().enter;
+                let mut again = GluesyncPlatform::new("gluesync", g.spec.clone());
+                again.metadata.labels = g.metadata.labels.clone();
+                retried("its re-creation", || async {
+                    Ok(api.create(&Default::default(), &again).await.map(|_| ())?)
+                })
+                .await?;
             }
             Op::Kill | Op::Term => {
                 if let Some(mut g) = gkos.pop() {
@@ -435,6 +555,9 @@ async fn run(
     // Every fault cleared; one GKO runs; the install settles.
     sim.set_faults(Default::default());
     sim.set_catalog_maintenance(false);
+    // The pair taken down, so that every workload field but the image must be as before the history.
+    let down = json!({"disasterRecovery": null});
+    retried("no pair", || patch_spec(&ns, down.clone())).await?;
     // Settled: nothing running or pending (Reconciling not True), and the status unchanged for a second.
     // (GKO may still watch for late maintenance requests, for a minute: the simulator says when none
     // is left to land.)
@@ -443,6 +566,7 @@ async fn run(
         s.update.is_none()
             && s.paused_pipelines.is_empty()
             && s.self_update.is_none()
+            && s.disaster_recovery.is_none()
             && s.observed_generation == g.metadata.generation
             && !s
                 .conditions

@@ -954,6 +954,10 @@ pub struct HistoryEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     pub finished_at: Time,
+    /// The generation of the spec the update planned (an update runs once per generation: two alike
+    /// entries of one second are two generations' updates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// The image of each component before the update, by component name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub previous_images: BTreeMap<String, String>,

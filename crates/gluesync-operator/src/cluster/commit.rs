@@ -15,7 +15,7 @@ use kube::{ResourceExt, runtime::events::EventType};
 use tracing::{info, warn};
 
 use crate::{
-    api::{GluesyncPlatform, GluesyncPlatformStatus, UpdateStep},
+    api::{GluesyncPlatform, GluesyncPlatformStatus, UpdateStep, WorkloadKind},
     cluster::{
         spill::{self, Known},
         view::View,
@@ -286,13 +286,14 @@ async fn execute(
                 return Err(());
             }
             info!(workload = %name, %image, "setting image");
-            writer
+            let generation = writer
                 .set_image(ns, kind, &name, &container, &image)
                 .await
                 .map_err(
                     |e| warn!(workload = %name, error = %e, "setting the image failed; retrying"),
                 )?;
             view.recent.made(&object, &image);
+            wrote(view, kind, &name, generation);
         }
         Action::SelfUpdate {
             name,
@@ -302,17 +303,19 @@ async fn execute(
         } => {
             let shown = phase.map_or("none", |p| p.as_str());
             info!(deployment = %name, image = image.as_deref().unwrap_or("unchanged"), phase = shown, "GKO's own Deployment");
-            writer
+            let generation = writer
                 .self_update(ns, &name, &container, image.as_deref(), phase)
                 .await
                 .map_err(|e| warn!(deployment = %name, error = %e, "writing GKO's own Deployment failed; retrying"))?;
+            wrote(view, WorkloadKind::Deployment, &name, generation);
         }
         Action::PatchWorkload { kind, name, patch } => {
             info!(workload = %name, "changing the pod template for disaster recovery");
-            writer
+            let generation = writer
                 .patch_workload(ns, kind, &name, &patch)
                 .await
                 .map_err(|e| warn!(workload = %name, error = %e, "changing the pod template failed; retrying"))?;
+            wrote(view, kind, &name, generation);
         }
         Action::ApplyService(service) => {
             info!(service = %service.name_any(), "writing the disaster-recovery Service");
@@ -379,4 +382,11 @@ async fn execute(
         }
     }
     Ok(None)
+}
+
+/// A workload write answered with `generation`: the next decision waits for the cache to show it.
+fn wrote(view: &View, kind: WorkloadKind, name: &str, generation: Option<i64>) {
+    if let Some(generation) = generation {
+        view.written.wrote(&format!("{kind:?}/{name}"), generation);
+    }
 }

@@ -40,6 +40,9 @@ pub struct View {
     pub refused_pods: std::sync::Mutex<std::collections::BTreeMap<String, RefusedPod>>,
     /// The writes just made, which the watch caches may not show yet.
     pub recent: Recent,
+    /// The workload generations this process's writes made, which the caches must show before a
+    /// decision reads the workloads.
+    pub written: Written,
     /// Moves whenever a GluesyncPlatform changes in the cache.
     pub changed: watch::Sender<u64>,
     /// This process's name (the pod name in a cluster).
@@ -82,6 +85,24 @@ impl Recent {
     /// `object` was written otherwise (deleted, say): what was made before no longer holds.
     pub fn forget(&self, object: &str) {
         self.0.lock().expect("recent writes lock").remove(object);
+    }
+}
+
+/// The generation each workload write of this process answered with, by workload (`StatefulSet/<name>`):
+/// a decision waits until the watch cache shows at least that generation. Decided on a copy from before
+/// its own write, GKO would take the write for not made (a disaster-recovery teardown took a workload
+/// whose setup the cache did not show yet for clean, and left the setup on it).
+#[derive(Default)]
+pub struct Written(std::sync::Mutex<std::collections::HashMap<String, (i64, std::time::Instant)>>);
+
+/// How long a written generation is waited for at most (beyond it the decision goes ahead, and says so).
+pub const WRITTEN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Written {
+    /// `object` was written now, and is at `generation` after the write.
+    pub fn wrote(&self, object: &str, generation: i64) {
+        let mut all = self.0.lock().expect("written generations lock");
+        all.insert(object.to_string(), (generation, std::time::Instant::now()));
     }
 }
 
@@ -150,6 +171,44 @@ impl View {
     /// True once every cache has listed the namespace.
     pub fn ready(&self) -> bool {
         self.metrics.ready.load(Ordering::Relaxed)
+    }
+
+    /// A workload whose cached copy does not show this process's last write to it yet, if any. A
+    /// workload no longer cached has nothing to wait for; one waited for longer than [`WRITTEN_WAIT`]
+    /// is let go with a warning.
+    pub fn lagging_write(&self) -> Option<String> {
+        let mut all = self.written.0.lock().expect("written generations lock");
+        all.retain(|object, (generation, at)| {
+            let cached = self.generation_of(object);
+            let behind = cached.is_some_and(|c| c < *generation);
+            if behind && at.elapsed() >= WRITTEN_WAIT {
+                tracing::warn!(%object, generation, ?cached, "the watch cache did not show GKO's write in time; deciding on it as it is");
+                return false;
+            }
+            behind
+        });
+        all.keys().next().cloned()
+    }
+
+    /// The generation of a cached workload (`StatefulSet/<name>` or `Deployment/<name>`).
+    fn generation_of(&self, object: &str) -> Option<i64> {
+        let (kind, name) = object.split_once('/')?;
+        let same = |m: &kube::api::ObjectMeta| m.name.as_deref() == Some(name);
+        match kind {
+            "StatefulSet" => self
+                .statefulsets
+                .state()
+                .iter()
+                .find(|o| same(&o.metadata))
+                .and_then(|o| o.metadata.generation),
+            "Deployment" => self
+                .deployments
+                .state()
+                .iter()
+                .find(|o| same(&o.metadata))
+                .and_then(|o| o.metadata.generation),
+            _ => None,
+        }
     }
 
     /// True when the pod cache holds every pod of the labelled workloads now cached. If their set

@@ -115,7 +115,8 @@ impl Writer {
     }
 
     /// Sets the image of one container of a managed workload, and nothing else. Server-side apply under
-    /// GKO's field manager, forced: GKO owns the images it writes.
+    /// GKO's field manager, forced: GKO owns the images it writes. Answers the workload's generation
+    /// after the write.
     pub async fn set_image(
         &self,
         namespace: &str,
@@ -123,7 +124,7 @@ impl Writer {
         name: &str,
         container: &str,
         image: &str,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Option<i64>, kube::Error> {
         self.gate()?;
         let kind_name = match kind {
             WorkloadKind::StatefulSet => "StatefulSet",
@@ -157,7 +158,7 @@ impl Writer {
         container: &str,
         image: Option<&str>,
         phase: Option<crate::api::SelfUpdatePhase>,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Option<i64>, kube::Error> {
         self.gate()?;
         let mut patch = json!({
             "metadata": { "annotations": {
@@ -178,7 +179,7 @@ impl Writer {
                 &Patch::Strategic(&patch),
             )
             .await
-            .map(|_| ())
+            .map(|d| d.metadata.generation)
     }
 
     /// Deletes a pod (a stuck pod of a failed StatefulSet revision, so the rollback can proceed).
@@ -240,7 +241,7 @@ impl Writer {
         kind: WorkloadKind,
         name: &str,
         patch: &serde_json::Value,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Option<i64>, kube::Error> {
         self.gate()?;
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.into()),
@@ -258,20 +259,20 @@ impl Writer {
         name: &str,
         params: &PatchParams,
         patch: &Patch<&serde_json::Value>,
-    ) -> Result<(), kube::Error> {
+    ) -> Result<Option<i64>, kube::Error> {
         self.metrics.workload_writes.inc();
         match kind {
             WorkloadKind::StatefulSet => {
                 Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
                     .patch(name, params, patch)
                     .await
-                    .map(|_| ())
+                    .map(|o| o.metadata.generation)
             }
             WorkloadKind::Deployment => {
                 Api::<Deployment>::namespaced(self.client.clone(), namespace)
                     .patch(name, params, patch)
                     .await
-                    .map(|_| ())
+                    .map(|o| o.metadata.generation)
             }
         }
     }

@@ -105,6 +105,7 @@ impl Harness {
                 pre_pulls: reflector::store().0,
                 refused_pods: Default::default(),
                 recent: Default::default(),
+                written: Default::default(),
                 changed: tokio::sync::watch::channel(0).0,
                 instance: None,
                 access: crate::update::access::Access::default(),

@@ -153,6 +153,7 @@ pub(super) fn finish(
         (Some(_), UpdateResult::Failed | UpdateResult::Refused) => u.from.clone(),
     };
     let entry = HistoryEntry {
+        generation: Some(u.generation),
         from: u.from.clone(),
         to,
         result,

@@ -994,6 +994,7 @@ fn history_keeps_the_newest_ten() {
         "stabilityWindowSeconds": 0,
     }));
     let entry = |i: usize| HistoryEntry {
+        generation: None,
         from: None,
         to: Some(format!("old-{i}")),
         result: UpdateResult::Succeeded,
@@ -2027,6 +2028,7 @@ fn an_update_whose_paused_time_does_not_fit_waits_for_the_next_window() {
     // The past update kept its pipelines paused 10 minutes.
     let mut s = status(&g).clone();
     s.history = vec![HistoryEntry {
+        generation: None,
         from: None,
         to: None,
         result: UpdateResult::Succeeded,
@@ -2584,6 +2586,8 @@ fn the_attempt_says_what_became_of_each_component() {
     let attempt = status(&g).last_attempt.clone().unwrap();
     assert_eq!(attempt.result, UpdateResult::Succeeded);
     assert_eq!(attempt.message, "update finished");
+    // Its history entry names the generation of the spec it planned.
+    assert_eq!(status(&g).history[0].generation, Some(2));
     let core = result_of(&g, "core-hub");
     assert_eq!(
         (core.status, core.from.as_deref(), core.to.as_deref()),
