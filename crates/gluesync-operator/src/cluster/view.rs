@@ -104,6 +104,23 @@ impl Written {
         let mut all = self.0.lock().expect("written generations lock");
         all.insert(object.to_string(), (generation, std::time::Instant::now()));
     }
+
+    /// A written object whose `cached` generation is behind the write, if any; the others are
+    /// forgotten (caught up, no longer cached, or waited for longer than [`WRITTEN_WAIT`]: let go with
+    /// a warning).
+    pub fn lagging(&self, cached: impl Fn(&str) -> Option<i64>) -> Option<String> {
+        let mut all = self.0.lock().expect("written generations lock");
+        all.retain(|object, (generation, at)| {
+            let seen = cached(object);
+            let behind = seen.is_some_and(|c| c < *generation);
+            if behind && at.elapsed() >= WRITTEN_WAIT {
+                tracing::warn!(%object, generation, ?seen, "the watch cache did not show GKO's write in time; deciding on it as it is");
+                return false;
+            }
+            behind
+        });
+        all.keys().next().cloned()
+    }
 }
 
 /// A pre-pull pod the API server refused to create.
@@ -177,17 +194,7 @@ impl View {
     /// workload no longer cached has nothing to wait for; one waited for longer than [`WRITTEN_WAIT`]
     /// is let go with a warning.
     pub fn lagging_write(&self) -> Option<String> {
-        let mut all = self.written.0.lock().expect("written generations lock");
-        all.retain(|object, (generation, at)| {
-            let cached = self.generation_of(object);
-            let behind = cached.is_some_and(|c| c < *generation);
-            if behind && at.elapsed() >= WRITTEN_WAIT {
-                tracing::warn!(%object, generation, ?cached, "the watch cache did not show GKO's write in time; deciding on it as it is");
-                return false;
-            }
-            behind
-        });
-        all.keys().next().cloned()
+        self.written.lagging(|object| self.generation_of(object))
     }
 
     /// The generation of a cached workload (`StatefulSet/<name>` or `Deployment/<name>`).
@@ -373,6 +380,27 @@ pub async fn secret(
 
 #[cfg(test)]
 mod tests {
+
+    /// A decision waits until the cache shows the generation GKO's own write answered with; a workload
+    /// no longer cached is not waited for.
+    #[test]
+    fn a_decision_waits_for_the_cache_to_show_gkos_own_workload_write() {
+        let written = super::Written::default();
+        written.wrote("StatefulSet/chronos", 7);
+        let cache = std::cell::Cell::new(Some(6));
+        assert_eq!(
+            written.lagging(|_| cache.get()).as_deref(),
+            Some("StatefulSet/chronos")
+        );
+        cache.set(Some(7));
+        assert_eq!(written.lagging(|_| cache.get()), None);
+        // Caught up once is forgotten: a later, older copy does not hold decisions.
+        cache.set(Some(6));
+        assert_eq!(written.lagging(|_| cache.get()), None);
+        written.wrote("Deployment/gone", 3);
+        assert_eq!(written.lagging(|_| None), None);
+    }
+
     use super::Recent;
 
     #[test]
