@@ -144,8 +144,9 @@ pub async fn reconcile(
         };
     }
     for i in 0..STEPS_PER_RECONCILE {
-        // A workload may have appeared during the last step's writes, its pods not yet watched: what
-        // was decided so far is written, and the rest waits for the pods.
+        // A workload may have appeared during the last step's writes, its pods not yet watched, or the
+        // caches may not show one of this GKO's own workload writes yet: what was decided so far is
+        // written, and the rest waits for the caches.
         if !view.pods_listed() || view.lagging_write().is_some() {
             if let Some(before) = unwritten.written.take() {
                 let status = std::mem::replace(&mut gsp.status, before).unwrap_or_default();
