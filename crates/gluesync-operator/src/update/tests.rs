@@ -2823,3 +2823,49 @@ fn a_rollback_that_does_not_come_up_is_an_error_in_the_attempt() {
         "{core:?}"
     );
 }
+
+/// A catalog answer is taken into the status only when it answers the check now due: one that answers a
+/// check asked before the check-now annotation took a new value is not (the new check is asked instead).
+#[test]
+fn a_catalog_answer_to_an_earlier_check_is_not_taken_in() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    g.annotations_mut()
+        .insert(crate::api::CHECK_NOW_ANNOTATION.into(), "1".into());
+    let earlier = crate::update::catalog::due_token(&g);
+    g.annotations_mut()
+        .insert(crate::api::CHECK_NOW_ANNOTATION.into(), "2".into());
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    let answer = |token: String| Answer {
+        token,
+        at: at(0),
+        result: Ok(catalog()),
+    };
+    world.answer = Some(answer(earlier));
+    let d = world.decide(&g, &at(1));
+    assert_eq!(
+        d.status
+            .catalog
+            .as_ref()
+            .and_then(|c| c.observed_check_now.clone()),
+        None,
+        "{:?}",
+        d.status.catalog
+    );
+    assert_eq!(
+        d.catalog.as_ref().map(|c| c.token.clone()),
+        Some(crate::update::catalog::due_token(&g)),
+        "the check now due is asked"
+    );
+    // The answer to the check now due is taken in.
+    world.answer = Some(answer(crate::update::catalog::due_token(&g)));
+    let d = world.decide(&g, &at(1));
+    assert_eq!(
+        d.status
+            .catalog
+            .as_ref()
+            .and_then(|c| c.observed_check_now.clone()),
+        Some("2".to_string()),
+        "{:?}",
+        d.status.catalog
+    );
+}
