@@ -1109,6 +1109,13 @@ mod tests {
         let plain = core_hub(json!({"spec": {"containers": [{"name": "c",
             "ports": [{"containerPort": 1717}]}]}}));
         assert_eq!(collision(&plain, "c", &spec()), None);
+        // The same ports under GKO's mark are a setup of GKO's, which a new setup may change.
+        let by_gko = core_hub(json!({
+            "metadata": {"annotations": {DR_ANNOTATION: "primary-0123"}},
+            "spec": {"containers": [{"name": "c",
+                "ports": [{"name": "dr-replication", "containerPort": 1718}]}]}}));
+        assert_eq!(by_gko.dr_mark(), Some("primary-0123"));
+        assert_eq!(collision(&by_gko, "c", &spec()), None);
     }
 
     #[test]

@@ -2868,4 +2868,35 @@ fn a_catalog_answer_to_an_earlier_check_is_not_taken_in() {
         "{:?}",
         d.status.catalog
     );
+    // An agent the catalog names no version for is offered Core Hub's.
+    let agent = d
+        .status
+        .components
+        .iter()
+        .find(|c| c.name == "agent-mssql")
+        .expect("the agent");
+    assert_eq!(agent.available.as_deref(), Some("2.3.2.2"));
+}
+
+/// A workload whose image tag carries no version refuses the update, and the message names it by kind.
+#[test]
+fn a_workload_without_a_version_in_its_tag_refuses_the_update_by_name() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.workloads[1].image = "molo17/gluesync-mssql-cdc:latest".into();
+    for t in 0..40 {
+        world.step(&mut g, t);
+        if status(&g).last_attempt.is_some() {
+            break;
+        }
+    }
+    let attempt = status(&g).last_attempt.clone().expect("the update ended");
+    assert_eq!(attempt.result, UpdateResult::Refused);
+    assert!(
+        attempt
+            .message
+            .contains("StatefulSet agent-mssql runs image \"molo17/gluesync-mssql-cdc:latest\""),
+        "{}",
+        attempt.message
+    );
 }
