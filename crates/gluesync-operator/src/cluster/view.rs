@@ -199,21 +199,20 @@ impl View {
 
     /// The generation of a cached workload (`StatefulSet/<name>` or `Deployment/<name>`).
     fn generation_of(&self, object: &str) -> Option<i64> {
+        fn in_store<K: kube::Resource + Clone>(store: &Store<K>, name: &str) -> Option<i64>
+        where
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            store
+                .state()
+                .iter()
+                .find(|o| o.meta().name.as_deref() == Some(name))
+                .and_then(|o| o.meta().generation)
+        }
         let (kind, name) = object.split_once('/')?;
-        let same = |m: &kube::api::ObjectMeta| m.name.as_deref() == Some(name);
         match kind {
-            "StatefulSet" => self
-                .statefulsets
-                .state()
-                .iter()
-                .find(|o| same(&o.metadata))
-                .and_then(|o| o.metadata.generation),
-            "Deployment" => self
-                .deployments
-                .state()
-                .iter()
-                .find(|o| same(&o.metadata))
-                .and_then(|o| o.metadata.generation),
+            "StatefulSet" => in_store(&self.statefulsets, name),
+            "Deployment" => in_store(&self.deployments, name),
             _ => None,
         }
     }

@@ -2806,13 +2806,7 @@ fn a_rollback_that_does_not_come_up_is_an_error_in_the_attempt() {
     assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
     world.workloads[0].pods[0] = pod("core-hub", "molo17/gluesync-core-hub:2.3.2.1", false, 3);
     world.workloads[0].ready = false;
-    for t in 700..800 {
-        world.step(&mut g, t);
-        if status(&g).update.is_none() {
-            break;
-        }
-    }
-    let attempt = status(&g).last_attempt.clone().expect("the update ended");
+    let attempt = step_to_the_end(&mut g, &mut world, 700..800);
     assert_eq!(attempt.result, UpdateResult::Failed);
     let core = result_of(&g, "core-hub");
     assert_eq!(core.status, ComponentResultStatus::Error, "{core:?}");
@@ -2884,13 +2878,7 @@ fn a_workload_without_a_version_in_its_tag_refuses_the_update_by_name() {
     let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
     let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
     world.workloads[1].image = "molo17/gluesync-mssql-cdc:latest".into();
-    for t in 0..40 {
-        world.step(&mut g, t);
-        if status(&g).last_attempt.is_some() {
-            break;
-        }
-    }
-    let attempt = status(&g).last_attempt.clone().expect("the update ended");
+    let attempt = step_to_the_end(&mut g, &mut world, 0..40);
     assert_eq!(attempt.result, UpdateResult::Refused);
     assert!(
         attempt
@@ -2899,4 +2887,19 @@ fn a_workload_without_a_version_in_its_tag_refuses_the_update_by_name() {
         "{}",
         attempt.message
     );
+}
+
+/// Steps at each second of `seconds` until no update runs; the attempt it ended with.
+fn step_to_the_end(
+    g: &mut GluesyncPlatform,
+    world: &mut World,
+    seconds: std::ops::Range<i64>,
+) -> crate::api::Attempt {
+    for t in seconds {
+        world.step(g, t);
+        if status(g).update.is_none() && status(g).last_attempt.is_some() {
+            break;
+        }
+    }
+    status(g).last_attempt.clone().expect("the update ended")
 }
