@@ -165,7 +165,7 @@ pub async fn reconcile(
             &dr,
         );
         let mut decision = update::decide(&gsp, &snapshot.observed());
-        if passes_through(&decision) {
+        if decision.passes_through() {
             // Only an update's statuses: a disaster-recovery setup and the idle status are written
             // at every step, as each of their steps is a point a restart starts again from.
             let in_update = decision.status.update.is_some();
@@ -204,14 +204,27 @@ pub async fn reconcile(
             gsp.status = before;
         }
         unwritten.since = None;
-        let Some(mut committed) = write(&ctx, gsp, decision.status).await? else {
+        // What needs no status to be found again (a pre-pull pod) is made while the status is written.
+        let (early, actions): (Vec<_>, Vec<_>) = decision
+            .actions
+            .into_iter()
+            .partition(update::Action::beside_write);
+        let read = (!early.is_empty()).then(|| gsp.clone());
+        let (written, made) = tokio::join!(write(&ctx, gsp, decision.status), async {
+            match &read {
+                Some(read) => commit::beside(view, read, early).await,
+                None => commit::Executed::default(),
+            }
+        });
+        let Some(mut committed) = written? else {
             return Ok(Requeue::await_change());
         };
         // The background work first: it runs beside the actions (the drain's requests do not wait for
         // a pre-pull pod's deletion), and the status it may need is written.
         ctx.corehub.want(committed.platform(), decision.corehub);
         ctx.catalog.want(committed.platform(), decision.catalog);
-        let executed = committed.execute(view, decision.actions).await;
+        let mut executed = committed.execute(view, actions).await;
+        executed.failed |= made.failed;
         if executed.pair_changed {
             dr = observe::dr_objects(view, committed.platform())
                 .await
@@ -271,16 +284,6 @@ struct Held {
     status: GluesyncPlatformStatus,
     events: Vec<update::Event>,
     since: Instant,
-}
-
-/// Whether a decision may go unwritten: it acts on nothing a status must remember (the deletion of a
-/// pre-pull pod waits for the next write, and a later decision asks it again), and the work it hands
-/// Core Hub's worker pauses nothing (it lists, or resumes pipelines the written ledger already holds:
-/// asked again after a crash, which does no harm), so a crash before the next write loses nothing the
-/// status must remember.
-fn passes_through(decision: &update::Decision) -> bool {
-    decision.actions.iter().all(|a| !a.needs_status())
-        && decision.corehub.as_ref().is_none_or(|w| w.enter.is_empty())
 }
 
 /// A GluesyncPlatform that does not parse: said once per resourceVersion as a Warning event (and in the

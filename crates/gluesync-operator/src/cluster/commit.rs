@@ -2,7 +2,8 @@
 //! status (the long lists' ConfigMaps first, then the status with the resourceVersion it was computed
 //! from) and answers a [`Committed`] platform, which only it makes; only a `Committed` platform runs
 //! actions ([`Committed::execute`]) and records events. So nothing a decision asks is done before the
-//! status that remembers it is written.
+//! status that remembers it is written, but what needs no status to be found again
+//! ([`Action::beside_write`]: a pre-pull pod), which [`beside`] carries out while the status is written.
 
 use std::{
     collections::HashMap,
@@ -79,6 +80,25 @@ impl Committed {
             );
         }
     }
+}
+
+/// Carries out, while the decision's status is being written, the actions that need no status to be
+/// found again ([`Action::beside_write`]); `gsp` is the platform as read. A failure is logged and
+/// answered, as [`Committed::execute`] does; another kind of action is not carried out here.
+pub async fn beside(view: &View, gsp: &GluesyncPlatform, actions: Vec<Action>) -> Executed {
+    let mut done = Executed::default();
+    for action in actions {
+        if !action.beside_write() {
+            warn!(
+                ?action,
+                "an action that waits for the status write was asked beside it; not carried out"
+            );
+            done.failed = true;
+            continue;
+        }
+        done.failed |= execute(view, gsp, action).await.is_err();
+    }
+    done
 }
 
 /// What carrying out the actions did.

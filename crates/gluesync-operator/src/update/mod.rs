@@ -131,6 +131,15 @@ impl Action {
     pub fn needs_status(&self) -> bool {
         !matches!(self, Action::DeletePrePull(_))
     }
+
+    /// May this action be carried out beside the status write that remembers its decision, rather than
+    /// after it? Only the creation of a pre-pull pod: the pod is found again by its label without any
+    /// status, and if the write does not land (refused as stale, or GKO stops first) a later decision
+    /// takes it in (its name is the same for the same pull) or deletes it (while no pipeline is paused,
+    /// every pre-pull pod goes). Its step is then bound by the pod's run, not by the write before it.
+    pub fn beside_write(&self) -> bool {
+        matches!(self, Action::CreatePod(_))
+    }
 }
 
 /// A Kubernetes event to record on the GluesyncPlatform.
@@ -158,6 +167,16 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Whether a decision may go unwritten: it acts on nothing a status must remember (the deletion of a
+    /// pre-pull pod waits for the next write, and a later decision asks it again), and the work it hands
+    /// Core Hub's worker pauses nothing (it lists, or resumes pipelines the written ledger already holds:
+    /// asked again after a crash, which does no harm), so a crash before the next write loses nothing the
+    /// status must remember.
+    pub fn passes_through(&self) -> bool {
+        self.actions.iter().all(|a| !a.needs_status())
+            && self.corehub.as_ref().is_none_or(|w| w.enter.is_empty())
+    }
+
     fn new(status: GluesyncPlatformStatus) -> Decision {
         Decision {
             status,

@@ -173,6 +173,14 @@ impl Gko {
     }
 }
 
+/// What becomes of a reconcile's status write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Write {
+    Lands,
+    /// Refused as stale (a conflict budget's fault).
+    Refused,
+}
+
 /// A maintenance request Core Hub accepted and applies by `by`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 struct Late {
@@ -611,29 +619,41 @@ impl State {
         }
     }
 
-    /// One reconcile: decide, write the status (or have it refused), keep the actions to carry out.
-    fn reconcile(&self, conflict: bool) -> State {
-        let mut s = self.clone();
-        let workloads = s.workloads();
-        let pre_pulls = s.pre_pulls();
-        let d = decide(
-            &s.gsp,
+    /// The decision on `gsp` in the world as it is now.
+    fn decision(&self, gsp: &GluesyncPlatform) -> Decision {
+        let workloads = self.workloads();
+        let pre_pulls = self.pre_pulls();
+        decide(
+            gsp,
             &Observed {
-                now: time(s.now, s.seq),
+                now: time(self.now, self.seq),
                 workloads: &workloads,
-                corehub: &s.gko.report,
-                catalog: s.gko.answer.as_ref(),
+                corehub: &self.gko.report,
+                catalog: self.gko.answer.as_ref(),
                 target: Some(State::target()),
                 access_problem: None,
-                me: s.operator.as_ref().map(|g| g.leader.clone()),
+                me: self.operator.as_ref().map(|g| g.leader.clone()),
                 dr: Default::default(),
                 pre_pulls: &pre_pulls,
             },
-        );
+        )
+    }
+
+    /// One reconcile: decide, make what needs no status beside the status write
+    /// ([`Action::beside_write`]), write the status (or have it refused), keep the other actions to
+    /// carry out.
+    fn reconcile(&self, write: Write) -> Result<State, String> {
+        let mut s = self.clone();
+        let d = s.decision(&s.gsp);
+        let (beside, actions): (Vec<_>, Vec<_>) =
+            d.actions.into_iter().partition(Action::beside_write);
+        for action in &beside {
+            s.apply(action)?;
+        }
         if s.gsp.status.as_ref() != Some(&d.status) {
-            if conflict {
+            if write == Write::Refused {
                 s.budget.conflicts -= 1;
-                return s;
+                return Ok(s);
             }
             s.gsp.status = Some(d.status.clone());
         }
@@ -646,10 +666,36 @@ impl State {
         }
         // As the controller does: the background work is handed over with the status written, and the
         // actions are carried out after it.
-        s.gko.actions = d.actions;
+        s.gko.actions = actions;
         s.gko.handoff = Some((d.corehub, d.catalog));
         s.hand_off();
-        s
+        Ok(s)
+    }
+
+    /// GKO decides as the controller does, taking the decisions that may go unwritten further in memory
+    /// while the step moves on, makes what the first one that is written makes beside its write
+    /// ([`Action::beside_write`]), and crashes before that write lands. `None` when that decision
+    /// makes nothing beside its write (a crash before the write is explored anyway).
+    fn lost_write(&self) -> Result<Option<State>, String> {
+        let mut gsp = self.gsp.clone();
+        for _ in 0..32 {
+            let d = self.decision(&gsp);
+            let beside: Vec<&Action> = d.actions.iter().filter(|a| a.beside_write()).collect();
+            if !beside.is_empty() {
+                let mut s = self.clone();
+                for action in beside {
+                    s.apply(action)?;
+                }
+                s.budget.crashes -= 1;
+                s.gko = Process::default();
+                return Ok(Some(s));
+            }
+            if !(d.again && d.passes_through() && d.status.update.is_some()) {
+                return Ok(None);
+            }
+            gsp.status = Some(d.status);
+        }
+        Ok(None)
     }
 
     /// Carries out every action in hand and hands the background work over (a fair run's GKO).
@@ -1018,7 +1064,7 @@ impl State {
             s.new_holder_acted();
             out.push((format!("GKO carries out {action:?}"), s));
         } else {
-            let mut s = self.reconcile(false);
+            let mut s = self.reconcile(Write::Lands)?;
             if s.gsp.status != self.gsp.status {
                 s.new_holder_acted();
             }
@@ -1026,7 +1072,15 @@ impl State {
             if self.budget.conflicts > 0 {
                 out.push((
                     "GKO reconciles; the API server refuses the status write (stale)".into(),
-                    self.reconcile(true),
+                    self.reconcile(Write::Refused)?,
+                ));
+            }
+            if self.budget.crashes > 0
+                && let Some(lost) = self.lost_write()?
+            {
+                out.push((
+                    "GKO reconciles, makes a pre-pull pod beside its status write, and crashes before the write lands".into(),
+                    lost,
                 ));
             }
         }
@@ -1581,7 +1635,7 @@ impl State {
             if s.gko.work.is_some() {
                 s = s.list();
             }
-            s = s.reconcile(false);
+            s = s.reconcile(Write::Lands)?;
             s.carry_out_all()?;
             if s.progress() == before {
                 match s.next_time() {
@@ -2002,6 +2056,58 @@ const EVERY_FATE: [Fate; 3] = [Fate::Ready, Fate::CrashLoop, Fate::Unpullable];
 #[test]
 fn nothing_is_paused_before_the_new_image_is_on_the_node() {
     holds_with(Gate::PrePull);
+}
+
+/// A pre-pull pod is made beside the status write that enters the step PrePull (the steps before it
+/// pass through unwritten): when that write never lands (GKO stops first), the pod is there and the
+/// status names a step before PrePull; the next GKO starts the update again, takes the pod in (its name is the
+/// same), and no pod is left once the update has ended.
+#[test]
+fn a_pre_pull_pod_made_beside_a_write_that_never_lands_is_taken_in_and_goes() {
+    let budget = Budget {
+        crashes: 1,
+        outages: 0,
+        conflicts: 0,
+        late: 0,
+    };
+    let mut s = State::initial(Fate::Ready, Fate::Ready, budget, Some(Gate::PrePull));
+    let initial_phase = s.status().phase;
+    let lost = (0..20)
+        .find_map(|_| {
+            if let Some(lost) = s.lost_write().unwrap() {
+                return Some(lost);
+            }
+            s = s.reconcile(Write::Lands).unwrap();
+            s.carry_out_all().unwrap();
+            if let Some(check) = &s.gko.check {
+                s.gko.answer = Some(Answer {
+                    token: check.token.clone(),
+                    at: time(s.now, s.seq),
+                    result: Ok(catalog()),
+                });
+            }
+            if s.gko.work.is_some() {
+                s = s.list();
+            }
+            None
+        })
+        .expect("no decision makes a pre-pull pod");
+    // The pod was made; the write that would have entered the step PrePull was lost with GKO's
+    // memory: the status names a step before it.
+    assert!(!lost.pulls.is_empty());
+    assert_eq!(lost.status(), s.status());
+    let step = s.status().update.map(|u| u.step.name());
+    assert!(
+        matches!(
+            step,
+            None | Some(UpdateStep::Preflight | UpdateStep::Snapshot)
+        ),
+        "{step:?}"
+    );
+    assert_eq!(lost.budget.crashes, 0);
+    assert!(lost.gko.actions.is_empty());
+    // The next GKO starts the update again, takes the pod in, and leaves none once the update ends.
+    lost.settle(initial_phase, &mut HashSet::new()).unwrap();
 }
 
 #[test]
