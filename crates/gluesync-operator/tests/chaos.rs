@@ -60,6 +60,10 @@ enum Op {
     /// The GluesyncPlatform deleted, and created again with the same spec once GKO let it go (once its
     /// pipelines ran again and its pair was down).
     Recreate,
+    /// A manager of the Core Hub UI asks for everything's latest GA version through GKO's Conductor API
+    /// (`POST /conductor/api/containers`, "update all"), as the UI does; the call answers once the update
+    /// has ended, and the history goes on meanwhile.
+    Ui,
     /// GKO killed with SIGKILL.
     Kill,
     /// GKO stopped with SIGTERM.
@@ -97,6 +101,7 @@ impl Op {
                 | Op::DrTearDown
                 | Op::Policy(_)
                 | Op::Recreate
+                | Op::Ui
         )
     }
 }
@@ -136,7 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// [`op`], or one of the user's other operations: a disaster-recovery setup or teardown, a policy flip,
-/// the GluesyncPlatform deleted and created again. (The short histories that show each invariant bite
+/// the GluesyncPlatform deleted and created again, an update asked from the Core Hub UI. (The short histories that show each invariant bite
 /// keep to [`op`]: the deliberate bugs need an update among their few steps.)
 fn any_op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -145,6 +150,7 @@ fn any_op() -> impl Strategy<Value = Op> {
         2 => Just(Op::DrTearDown),
         2 => prop::sample::select(vec!["gitops", "ui"]).prop_map(|p| Op::Policy(p.to_string())),
         1 => Just(Op::Recreate),
+        3 => Just(Op::Ui),
     ]
 }
 
@@ -408,6 +414,10 @@ async fn run(
         )
     })
     .await?;
+    // Each GKO serves the Conductor API on an address of its own (the same across its restarts), as
+    // each pod behind the API's Service does.
+    let conductor: BTreeMap<&str, String> =
+        [("gko-a", free_addr()?), ("gko-b", free_addr()?)].into();
     let spawn = |name: &str| {
         Gko::spawn(
             &ns,
@@ -416,10 +426,14 @@ async fn run(
                 env: mutant
                     .map(|m| vec![("GKO_TEST_MUTANT".to_string(), m.to_string())])
                     .unwrap_or_default(),
+                conductor_addr: conductor.get(name).cloned(),
                 ..Default::default()
             },
         )
     };
+    let ui_answers: Arc<Mutex<Vec<(u16, String)>>> = Default::default();
+    let mut policy = "ui".to_string();
+    let mut ui_violations = vec![];
     retried("the pair's Secret", || async {
         ns.apply(&format!(
             "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {DR_SECRET}\nstringData:\n  sharedSecret: {DR_SHARED}\n"
@@ -486,6 +500,39 @@ async fn run(
             }
             Op::Policy(p) => {
                 retried("a policy", || patch_spec(&ns, json!({"updatePolicy": p}))).await?;
+                policy = p.clone();
+            }
+            Op::Ui => {
+                let version_now = || async {
+                    let g = platforms(&ns).get("gluesync").await?;
+                    anyhow::Ok(g.spec.version)
+                };
+                let before = retried("the version", version_now).await?;
+                let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                tokio::spawn(ask_from_the_ui(
+                    conductor.values().map(|a| format!("http://{a}")).collect(),
+                    sim.token_for("manager"),
+                    ui_answers.clone(),
+                    answered.clone(),
+                ));
+                // The op ends once GKO has written the version asked into the spec (or answered), so
+                // that a later policy flip cannot overtake it.
+                let _ = eventually("the UI's request taken", Duration::from_secs(5), || async {
+                    let taken = version_now().await? == UI_VERSION
+                        || answered.load(std::sync::atomic::Ordering::SeqCst);
+                    Ok(taken.then_some(()))
+                })
+                .await;
+                if policy == "ui" {
+                    asked.push(UI_VERSION.to_string());
+                } else {
+                    let after = retried("the version", version_now).await?;
+                    if after != before {
+                        ui_violations.push(format!(
+                            "under the gitops policy a request from the UI changed spec.version from {before} to {after}"
+                        ));
+                    }
+                }
             }
             Op::Recreate => {
                 let api = platforms(&ns);
@@ -655,6 +702,15 @@ async fn run(
     let t3 = Instant::now();
     let mut found = violations(&before, &asked, &g, &specs, (&image, ready), &sim, tally);
     tally.checks += 1;
+    // The Conductor API answers the UI's requests as the product docs say: never an internal error
+    // (faults may give 503, another update under way 409, the gitops policy 403).
+    found.extend(ui_violations);
+    for (code, body) in lock(&ui_answers).iter() {
+        tally.checks += 1;
+        if *code == 500 {
+            found.push(format!("the Conductor API answered 500 to the UI: {body}"));
+        }
+    }
     if !ready {
         // What the StatefulSet controller and the kubelet made of it, for whoever reads the failure.
         found.push(core_hub_story(&ns, &g));
@@ -678,6 +734,53 @@ async fn run(
     // The namespace goes now, not at some later point: a long run leaves no pods behind.
     let _ = ns.kubectl(&["delete", "namespace", &ns.name, "--wait=false"]);
     Ok(found)
+}
+
+/// The version the Core Hub UI's "update all" asks for: the catalog's latest GA of Core Hub.
+const UI_VERSION: &str = "2.3.2.2";
+
+/// A free loopback address.
+fn free_addr() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// "Update all" from the Core Hub UI, sent to the first GKO that takes the connection (as the API's
+/// Service picks a ready pod); its answer is kept. A GKO killed while the call waits for the update's
+/// end gives no answer, as a browser's call to a pod that went.
+async fn ask_from_the_ui(
+    bases: Vec<String>,
+    token: String,
+    answers: Arc<Mutex<Vec<(u16, String)>>>,
+    answered: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let http = reqwest::Client::new();
+    let body = json!({"action": "update", "ids": [], "releaseChannel": "ga"}).to_string();
+    for base in bases {
+        let sent = http
+            .post(format!("{base}/conductor/api/containers"))
+            .header("content-type", "application/json")
+            .bearer_auth(&token)
+            .body(body.clone())
+            .timeout(Duration::from_secs(300))
+            .send()
+            .await;
+        match sent {
+            Ok(resp) => {
+                let code = resp.status().as_u16();
+                let text = resp.text().await.unwrap_or_default();
+                lock(&answers).push((code, text.chars().take(300).collect()));
+                answered.store(true, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+            Err(e) if e.is_connect() => continue,
+            Err(_) => return,
+        }
+    }
 }
 
 /// Core Hub's StatefulSet revisions, its pods (image, revision, readiness, why they wait) and GKO's last
@@ -976,6 +1079,39 @@ fn the_checker_catches_a_pipeline_asked_in_twice() {
         })
         .boxed();
     catches_in("ForgetAsked", "pipeline p", late);
+}
+
+/// An update asked from the Core Hub UI under the gitops policy changes nothing: a Conductor API that
+/// takes it is caught; the same history keeps every invariant without the bug.
+#[test]
+fn the_checker_catches_a_ui_update_taken_under_gitops() {
+    let steps = vec![
+        Step {
+            wait_ms: 0,
+            op: Op::Policy("gitops".into()),
+        },
+        Step {
+            wait_ms: 300,
+            op: Op::Ui,
+        },
+    ];
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut tally = Tally::default();
+    let found = rt
+        .block_on(run(&steps, &mut tally, Some("UiUnderGitops")))
+        .expect("the run");
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("under the gitops policy a request from the UI changed")),
+        "{found:?}"
+    );
+    let found = rt.block_on(run(&steps, &mut tally, None)).expect("the run");
+    assert!(found.is_empty(), "{found:?}");
 }
 
 #[test]

@@ -995,7 +995,9 @@ fn refuse(
     workloads: &[crate::update::observed::Workload],
     ids: &[String],
 ) -> Result<(), Response> {
-    if gsp.spec.update_policy == UpdatePolicy::Gitops {
+    if gsp.spec.update_policy == UpdatePolicy::Gitops
+        && !crate::update::mutated(crate::update::Mutant::UiUnderGitops)
+    {
         return Err(failure(
             StatusCode::CONFLICT,
             "Updates of this install are managed in Git",

@@ -290,6 +290,9 @@ fn patch(
                     .and_then(|c| c.env.as_ref())
                     .is_some_and(|env| env.iter().any(|e| e.name == name));
                 match before {
+                    Some(_) if super::mutated(super::Mutant::RestoreForgets) => {
+                        env.push(json!({"name": name, "$patch": "delete"}));
+                    }
                     Some(entry) => {
                         let mut entry = entry.clone();
                         for key in ["value", "valueFrom"] {

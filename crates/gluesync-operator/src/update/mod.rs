@@ -387,6 +387,9 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
             | UpdateStep::Resume
     );
     prepull::clean(gsp, obs, pausing, &mut d);
+    if mutated(Mutant::DrDuringUpdate) {
+        disaster::carry_on(gsp, obs, &mut d);
+    }
     if matches!(name, UpdateStep::Modules) && !d.again {
         // Leftover pipelines are resumed while the modules roll.
         pipelines::ledger(gsp, obs, &mut d, None);
@@ -586,7 +589,7 @@ fn idle(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         gsp.status
             .as_ref()
             .and_then(|s| s.disaster_recovery.as_ref()),
-    );
+    ) && !mutated(Mutant::DrBesideUpdate);
     let free = !deleting && !self_updating && !dr_busy && obs.access_problem.is_none();
     // Outside every maintenance window an update the spec asks for does not start.
     let window_wait = free

@@ -36,6 +36,12 @@
 //!   new image, ready, when its entry in the attempt says `OK`, on its old one otherwise.
 //! - with the Lease changing hands while the GKO that held it has calls in flight ([`Gate::Handover`]):
 //!   every promise above holds.
+//! - with a disaster-recovery setup set up and torn down at any point, the new version asked at any
+//!   point among them ([`Gate::Disaster`]): Core Hub's pod template changes for the setup only while no
+//!   update runs, its image only while no setup changes the template; a setup wanted ends Active on
+//!   Core Hub's pods, and a teardown leaves the template exactly as it was.
+//! - GKO making a pre-pull pod beside its status write and stopping before the write lands: nothing
+//!   is left once the update ends.
 //!
 //! Breadth-first, so a violation comes with its shortest history, printed as a readable sequence of
 //! events.
@@ -239,6 +245,106 @@ enum Gate {
     /// history when it lets one (a write of Core Hub's new image landing after the new holder rolled Core
     /// Hub back): README, "More than one GKO".
     Handover,
+    /// Not a gate: the user may set a disaster-recovery setup up at any point, once, and tear it down
+    /// at any later point, once. Core Hub's pod template holds environment of its own (one variable
+    /// the setup overrides); the setup's patches are applied to it as the API server applies a strategic
+    /// merge patch, and its pods roll to each new template.
+    Disaster,
+}
+
+/// Core Hub's pod template and what a disaster-recovery setup made (under [`Gate::Disaster`]).
+#[derive(Clone, Debug)]
+struct Pair {
+    /// Core Hub's pod template as the API server holds it, but for its image (`State::image`).
+    template: serde_json::Value,
+    /// The template before any setup.
+    original: serde_json::Value,
+    /// The setup mark of the template Core Hub's pods run (they roll to the template's).
+    pods_mark: Option<String>,
+    /// The Service GKO makes exists.
+    service: bool,
+    /// The user set a setup up; tore it down; asked for Core Hub's new version (each once, in any
+    /// order).
+    asked: bool,
+    removed: bool,
+    updated: bool,
+}
+
+impl Pair {
+    fn mark(&self) -> Option<String> {
+        self.template["metadata"]["annotations"][crate::api::DR_ANNOTATION]
+            .as_str()
+            .map(str::to_string)
+    }
+}
+
+/// The disaster-recovery setup the user asks for (under [`Gate::Disaster`]).
+fn dr_spec() -> crate::api::DisasterRecoverySpec {
+    serde_json::from_value(serde_json::json!({"role": "primary", "peerAddress": "peer.example"}))
+        .unwrap()
+}
+
+/// Applies a strategic merge patch to `target` as the API server does for the fields a pod template's
+/// patch by GKO touches: objects merge, `null` removes a field, and the lists of containers, env,
+/// ports, volume mounts and volumes merge by their key, an item with `$patch: delete` removing its match.
+fn strategic_merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    use serde_json::Value;
+    let (Value::Object(t), Value::Object(p)) = (&mut *target, patch) else {
+        *target = patch.clone();
+        return;
+    };
+    for (k, pv) in p {
+        if pv.is_null() {
+            t.remove(k);
+            continue;
+        }
+        let key = match k.as_str() {
+            "containers" | "env" | "volumes" => Some("name"),
+            "ports" => Some("containerPort"),
+            "volumeMounts" => Some("mountPath"),
+            _ => None,
+        };
+        match (key, pv) {
+            (Some(key), Value::Array(items)) => {
+                let mut list = match t.remove(k) {
+                    Some(Value::Array(list)) => list,
+                    _ => vec![],
+                };
+                for item in items {
+                    let at = list.iter().position(|x| x[key] == item[key]);
+                    if item["$patch"] == "delete" {
+                        if let Some(i) = at {
+                            list.remove(i);
+                        }
+                        continue;
+                    }
+                    match at {
+                        Some(i) => strategic_merge(&mut list[i], item),
+                        None => {
+                            let mut new = Value::Object(Default::default());
+                            strategic_merge(&mut new, item);
+                            list.push(new);
+                        }
+                    }
+                }
+                if !list.is_empty() {
+                    t.insert(k.clone(), Value::Array(list));
+                }
+            }
+            (_, Value::Object(_)) => {
+                let entry = t
+                    .entry(k.clone())
+                    .or_insert_with(|| Value::Object(Default::default()));
+                strategic_merge(entry, pv);
+                if entry.as_object().is_some_and(|o| o.is_empty()) {
+                    t.remove(k);
+                }
+            }
+            _ => {
+                t.insert(k.clone(), pv.clone());
+            }
+        }
+    }
 }
 
 /// The GKO that lost the Lease (under [`Gate::Handover`]), and when it did.
@@ -289,6 +395,8 @@ struct State {
     operator: Option<Gko>,
     /// The GKO that lost the Lease, with what it has in flight (under [`Gate::Handover`]).
     stale: Option<Stale>,
+    /// Core Hub's pod template and the disaster-recovery pair (under [`Gate::Disaster`]).
+    pair: Option<Pair>,
 }
 
 fn time(now: i64, seq: i64) -> Time {
@@ -320,7 +428,8 @@ impl State {
                     | Gate::Modules
                     | Gate::Agents
                     | Gate::SelfUpdate
-                    | Gate::Handover,
+                    | Gate::Handover
+                    | Gate::Disaster,
                 )
                 | None => {}
             }
@@ -398,6 +507,28 @@ impl State {
                 leader: GKO_OLD.into(),
             }),
             stale: None,
+            pair: (gate == Some(Gate::Disaster)).then(|| {
+                let template = serde_json::json!({
+                    "metadata": {"labels": {"app": "core-hub"}},
+                    "spec": {"containers": [{
+                        "name": "c",
+                        "env": [
+                            {"name": "JAVA_OPTS", "value": "-Xmx1g"},
+                            {"name": "GLUESYNC_DR_ROLE", "value": "none"},
+                        ],
+                        "ports": [{"name": "http", "containerPort": 1717}],
+                    }]},
+                });
+                Pair {
+                    original: template.clone(),
+                    template,
+                    pods_mark: None,
+                    service: false,
+                    asked: false,
+                    removed: false,
+                    updated: false,
+                }
+            }),
         };
         // Settled at 2.3.2.1, with the catalog saying 2.3.2.2 is available; then the spec asks for it.
         let mut status = crate::update::status::idle(&gsp, &s.workloads(), &time(0, 0));
@@ -409,10 +540,20 @@ impl State {
             &s.workloads(),
             &time(0, 0),
         ));
-        gsp.spec = spec("2.3.2.2");
-        gsp.metadata.generation = Some(2);
         s.gsp = gsp;
+        // The spec asks for the new version (under [`Gate::Disaster`], the user does, at any point).
+        if s.pair.is_none() {
+            s.ask_new_version();
+        }
         s
+    }
+
+    fn ask_new_version(&mut self) {
+        self.gsp.spec.version = "2.3.2.2".into();
+        self.gsp.metadata.generation = self.gsp.metadata.generation.map(|g| g + 1);
+        if let Some(pair) = &mut self.pair {
+            pair.updated = true;
+        }
     }
 
     fn status(&self) -> GluesyncPlatformStatus {
@@ -446,6 +587,13 @@ impl State {
             self.image_changed,
             self.budget,
         );
+        if let Some(pair) = &self.pair {
+            let _ = write!(
+                k,
+                "|{pair:?}|{}",
+                self.gsp.metadata.generation.unwrap_or_default()
+            );
+        }
         for g in std::iter::once(&self.gko).chain(self.stale.as_ref().map(|st| &st.process)) {
             let _ = write!(
                 k,
@@ -465,7 +613,8 @@ impl State {
     fn progress(&self) -> String {
         let g = &self.gko;
         format!(
-            "{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            self.pair,
             g.actions,
             self.operator,
             self.modules,
@@ -515,21 +664,21 @@ impl State {
             label_value: "core-hub".into(),
             container: Some("c".into()),
             image: self.image.clone(),
-            ready: self.pods == self.image && pod_ready,
+            ready: self.pods == self.image && self.pods_on_template() && pod_ready,
             progress_deadline_exceeded: false,
             rollout_blocker: None,
             self_update_mark: None,
-            template: Box::default(),
+            template: Box::new(self.core_hub_template()),
             selector: Default::default(),
             pods: vec![PodView {
                 name: "core-hub-0".into(),
-                uid: format!("pod-{}", self.pods),
+                uid: format!("pod-{}-{:?}", self.pods, self.pods_mark()),
                 image: self.pods.clone(),
                 ready: pod_ready,
                 waiting,
                 restarts: i32::from(crashing),
                 node: (self.gate == Some(Gate::PrePull)).then(|| "n1".to_string()),
-                dr_mark: None,
+                dr_mark: self.pods_mark(),
             }],
         }]
         .into_iter()
@@ -570,6 +719,26 @@ impl State {
             )
         }))
         .collect()
+    }
+
+    /// Core Hub's pod template: the pair's (under [`Gate::Disaster`]), else none, with its image.
+    fn core_hub_template(&self) -> k8s_openapi::api::core::v1::PodTemplateSpec {
+        let Some(pair) = &self.pair else {
+            return Default::default();
+        };
+        let mut t = pair.template.clone();
+        t["spec"]["containers"][0]["image"] = self.image.clone().into();
+        serde_json::from_value(t).expect("Core Hub's pod template")
+    }
+
+    /// The disaster-recovery setup Core Hub's pods run with.
+    fn pods_mark(&self) -> Option<String> {
+        self.pair.as_ref().and_then(|p| p.pods_mark.clone())
+    }
+
+    /// Core Hub's pods run its pod template's setup (they have rolled to it).
+    fn pods_on_template(&self) -> bool {
+        self.pair.as_ref().is_none_or(|p| p.pods_mark == p.mark())
     }
 
     fn pre_pulls(&self) -> Vec<crate::update::observed::PrePullPod> {
@@ -619,6 +788,28 @@ impl State {
         }
     }
 
+    /// The pair's Secret and Service as GKO reads them: the Secret (the user's) exists, and is looked at
+    /// while a setup is wanted or in place.
+    fn dr_objects(&self, gsp: &GluesyncPlatform) -> crate::update::disaster::DrObjects {
+        use crate::update::disaster::{DrObjects, SecretState};
+        let Some(pair) = &self.pair else {
+            return DrObjects::default();
+        };
+        let looked_at = gsp.spec.disaster_recovery.is_some()
+            || gsp
+                .status
+                .as_ref()
+                .is_some_and(|s| s.disaster_recovery.is_some());
+        DrObjects {
+            secret: if looked_at {
+                SecretState::Present { made_by_gko: false }
+            } else {
+                SecretState::Unknown
+            },
+            service: pair.service,
+        }
+    }
+
     /// The decision on `gsp` in the world as it is now.
     fn decision(&self, gsp: &GluesyncPlatform) -> Decision {
         let workloads = self.workloads();
@@ -633,7 +824,7 @@ impl State {
                 target: Some(State::target()),
                 access_problem: None,
                 me: self.operator.as_ref().map(|g| g.leader.clone()),
-                dr: Default::default(),
+                dr: self.dr_objects(gsp),
                 pre_pulls: &pre_pulls,
             },
         )
@@ -770,6 +961,13 @@ impl State {
                         "Core Hub patched while {out:?} ran outside maintenance mode"
                     ));
                 }
+                let dr = self.status().disaster_recovery;
+                if checking && super::disaster::busy(dr.as_ref()) {
+                    return Err(format!(
+                        "Core Hub's image changed while a disaster-recovery setup changed its pod template ({:?})",
+                        dr.map(|d| d.phase)
+                    ));
+                }
                 if *image != self.image {
                     self.image_changed = true;
                 }
@@ -850,8 +1048,31 @@ impl State {
                     self.go();
                 }
             }
-            Action::PatchWorkload { .. } | Action::ApplyService(_) | Action::RemoveMade(..) => {
-                return Err("a disaster-recovery action in a world without a pair".into());
+            Action::PatchWorkload { name, patch, .. } => {
+                let step = self.status().update.map(|u| u.step.name());
+                let Some(pair) = self.pair.as_mut() else {
+                    return Err("a disaster-recovery action in a world without a pair".into());
+                };
+                if name != "core-hub" {
+                    return Err(format!("a disaster-recovery patch of {name}, not Core Hub"));
+                }
+                if checking && step.is_some() {
+                    return Err(format!(
+                        "Core Hub's pod template changed for disaster recovery while an update ran (step {step:?})"
+                    ));
+                }
+                strategic_merge(&mut pair.template, &patch["spec"]["template"]);
+            }
+            Action::ApplyService(_) | Action::RemoveMade(..) => {
+                let Some(pair) = self.pair.as_mut() else {
+                    return Err("a disaster-recovery action in a world without a pair".into());
+                };
+                match action {
+                    Action::ApplyService(_) => pair.service = true,
+                    Action::RemoveMade(crate::api::Made::Service, _) => pair.service = false,
+                    // The Secret is the user's: a teardown leaves it.
+                    _ => return Err(format!("{action:?} removes what GKO did not make")),
+                }
             }
         }
         Ok(())
@@ -1127,6 +1348,30 @@ impl State {
                 .insert(crate::api::APPROVE_ANNOTATION.into(), id);
             out.push(("the user approves the update".into(), s));
         }
+        // The user asks for the new version; sets a disaster-recovery setup up, and later tears it
+        // down (each once).
+        if self.pair.as_ref().is_some_and(|p| !p.updated) {
+            let mut s = self.clone();
+            s.ask_new_version();
+            out.push(("the user asks for Core Hub 2.3.2.2".into(), s));
+        }
+        if let Some(pair) = &self.pair
+            && !pair.removed
+        {
+            let mut s = self.clone();
+            let p = s.pair.as_mut().expect("the pair");
+            let label = if p.asked {
+                p.removed = true;
+                s.gsp.spec.disaster_recovery = None;
+                "the user tears disaster recovery down"
+            } else {
+                p.asked = true;
+                s.gsp.spec.disaster_recovery = Some(dr_spec());
+                "the user sets disaster recovery up"
+            };
+            s.gsp.metadata.generation = s.gsp.metadata.generation.map(|g| g + 1);
+            out.push((label.into(), s));
+        }
         // What the GKO that lost the Lease had in flight lands.
         out.extend(self.stale_moves()?);
         // Core Hub applies a late request, Kubernetes rolls pods, Core Hub comes back.
@@ -1282,10 +1527,17 @@ impl State {
                 s,
             ));
         }
-        if self.pods != self.image {
+        if self.pods != self.image || !self.pods_on_template() {
             let mut s = self.clone();
-            s.pods = s.image.clone();
-            out.push((format!("the pods roll to {}", s.image), s));
+            s.roll_core_hub();
+            out.push((
+                format!(
+                    "the pods roll to {} (disaster recovery: {:?})",
+                    s.image,
+                    s.pods_mark()
+                ),
+                s,
+            ));
         }
         out.extend(self.module_rollouts());
         out.extend(self.gko_rollout());
@@ -1333,8 +1585,16 @@ impl State {
         Some((label, s))
     }
 
-    fn roll_every_pod(&mut self) {
+    /// Kubernetes rolls Core Hub's pods to its workload's image and pod template.
+    fn roll_core_hub(&mut self) {
         self.pods = self.image.clone();
+        if let Some(pair) = &mut self.pair {
+            pair.pods_mark = pair.mark();
+        }
+    }
+
+    fn roll_every_pod(&mut self) {
+        self.roll_core_hub();
         for m in self.modules.values_mut() {
             m.pods = m.image.clone();
         }
@@ -1354,7 +1614,12 @@ impl State {
                 (!self.pulled).then_some("before the new image was on Core Hub's node")
             }
             Some(
-                Gate::Deletion | Gate::Modules | Gate::Agents | Gate::SelfUpdate | Gate::Handover,
+                Gate::Deletion
+                | Gate::Modules
+                | Gate::Agents
+                | Gate::SelfUpdate
+                | Gate::Handover
+                | Gate::Disaster,
             )
             | None => None,
         };
@@ -1400,6 +1665,35 @@ impl State {
     }
 
     /// The update is over and everything is as the product promises.
+    /// The disaster-recovery pair is where the spec wants it (under [`Gate::Disaster`]): a setup wanted
+    /// is Active, Core Hub's template and pods carry it and the Service exists; none wanted, nothing of
+    /// one is left and Core Hub's pod template is exactly as it was before any setup. `Err` when a
+    /// teardown ended and left the template changed.
+    fn pair_settled(&self, status: &GluesyncPlatformStatus) -> Result<bool, String> {
+        let Some(pair) = &self.pair else {
+            return Ok(true);
+        };
+        let dr = status.disaster_recovery.as_ref();
+        if self.gsp.spec.disaster_recovery.is_some() {
+            return Ok(
+                dr.is_some_and(|d| d.phase == crate::api::DisasterRecoveryPhase::Active)
+                    && pair.mark().is_some()
+                    && pair.pods_mark == pair.mark()
+                    && pair.service,
+            );
+        }
+        if dr.is_some() || pair.service || pair.pods_mark.is_some() {
+            return Ok(false);
+        }
+        if pair.template != pair.original {
+            return Err(format!(
+                "the teardown ended and left Core Hub's pod template changed: {} (was {})",
+                pair.template, pair.original
+            ));
+        }
+        Ok(true)
+    }
+
     fn good_end(&self, initial_phase: Option<Phase>) -> Result<bool, String> {
         if self.gone {
             // Whatever the update had done, its pipelines run again (unless Core Hub was out of reach
@@ -1426,11 +1720,17 @@ impl State {
             return Ok(true);
         }
         let status = self.status();
+        if !self.pair_settled(&status)? {
+            return Ok(false);
+        }
+        // (A disaster-recovery setup in place keeps the finalizer on: it is put back before the
+        // platform goes.)
+        let finalizer_due = !super::disaster::settled(status.disaster_recovery.as_ref());
         if status.update.is_some()
             || !status.paused_pipelines.is_empty()
             || status.late_maintenance.is_some()
             || !self.late.is_empty()
-            || self.gsp.metadata.finalizers.is_some()
+            || self.gsp.metadata.finalizers.is_some() != finalizer_due
             || self.pods != self.image
             || self.modules.values().any(|m| m.pods != m.image)
             || !self.pulls.is_empty()
@@ -1452,10 +1752,15 @@ impl State {
         if !self.pipelines[USER_PAUSED] {
             return Err("the pipeline a user paused was taken out of maintenance mode".into());
         }
-        if status.history.len() != 1 {
+        // One entry per generation of the spec: a version that did not succeed is tried again only
+        // when the spec changes (under [`Gate::Disaster`], the setup asked or taken down).
+        let generations: BTreeSet<Option<i64>> =
+            status.history.iter().map(|h| h.generation).collect();
+        if status.history.is_empty() || generations.len() != status.history.len() {
             return Err(format!(
-                "{} history entries for one update",
-                status.history.len()
+                "{} history entries for one update ({} generations of the spec)",
+                status.history.len(),
+                generations.len()
             ));
         }
         // The modules: updated only after Core Hub, one that does not come up is back on its image.
@@ -1604,6 +1909,9 @@ impl State {
             }
             seen.push(key);
             let before = s.progress();
+            if s.pair.as_ref().is_some_and(|p| !p.updated) {
+                s.ask_new_version();
+            }
             s.down = false;
             for l in std::mem::take(&mut s.late) {
                 s.pipelines.insert(l.id, l.enter);
@@ -1904,6 +2212,7 @@ fn the_update_keeps_its_promises_exhaustively() {
         Gate::Agents,
         Gate::SelfUpdate,
         Gate::Handover,
+        Gate::Disaster,
     ] {
         let o = explore_with(budget, max / 4, Some(gate));
         report(&format!("full, {gate:?}"), budget, &o);
@@ -2245,6 +2554,40 @@ fn a_gko_that_goes_on_after_losing_the_lease_is_caught() {
             "not back on its image",
         ],
     );
+}
+
+/// A disaster-recovery setup set up and torn down at any point of an update: Core Hub's pod template
+/// changes for it only while no update runs, its image only while no setup changes the template; the
+/// update ends as without it, the setup ends Active with Core Hub's pods on it, and a teardown leaves the
+/// template exactly as it was before the setup (the variable the setup overrode has its own value again).
+#[test]
+fn a_disaster_recovery_setup_and_teardown_beside_an_update_keep_to_their_turns() {
+    holds_with(Gate::Disaster);
+}
+
+#[test]
+fn a_setup_and_an_update_out_of_turn_or_a_teardown_that_forgets_is_caught() {
+    // An update started while the setup rolls Core Hub finds it out of reach, and is refused: the
+    // version asked never comes (or, asked later, Core Hub's image changes mid-setup).
+    for (m, expect) in [
+        (
+            Mutant::DrBesideUpdate,
+            &[
+                "no good end",
+                "image changed while a disaster-recovery setup changed its pod template",
+            ][..],
+        ),
+        (
+            Mutant::DrDuringUpdate,
+            &["pod template changed for disaster recovery while an update ran"],
+        ),
+        (
+            Mutant::RestoreForgets,
+            &["no good end", "left Core Hub's pod template changed"],
+        ),
+    ] {
+        caught_with(m, NO_FAULT, Gate::Disaster, &[Fate::Ready], expect);
+    }
 }
 
 /// An agent beside Core Hub, its new image coming up or crash-looping: its image changes only while every

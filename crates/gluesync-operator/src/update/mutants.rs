@@ -52,11 +52,19 @@ pub(crate) enum Mutant {
     AgentBeforeDrain,
     /// A GKO that lost the Lease goes on: its Core Hub worker keeps calling and its writes keep going.
     IgnoreLease,
+    /// An update starts while a disaster-recovery setup is changing Core Hub's pod template.
+    DrBesideUpdate,
+    /// A disaster-recovery setup goes on changing workloads while an update runs.
+    DrDuringUpdate,
+    /// A teardown removes a variable the setup overrode instead of giving it its own value back.
+    RestoreForgets,
+    /// The Conductor API takes an update from the Core Hub UI under the gitops policy.
+    UiUnderGitops,
 }
 
 impl Mutant {
     #[cfg(all(not(test), feature = "test-hooks"))]
-    const ALL: [Mutant; 20] = [
+    const ALL: [Mutant; 24] = [
         Mutant::OldResume,
         Mutant::PauseBeforeRecord,
         Mutant::PatchBeforeDrained,
@@ -77,6 +85,10 @@ impl Mutant {
         Mutant::NoSelfRollback,
         Mutant::IgnoreLease,
         Mutant::AgentBeforeDrain,
+        Mutant::DrBesideUpdate,
+        Mutant::DrDuringUpdate,
+        Mutant::RestoreForgets,
+        Mutant::UiUnderGitops,
     ];
 }
 

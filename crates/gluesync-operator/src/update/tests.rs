@@ -2903,3 +2903,42 @@ fn step_to_the_end(
     }
     status(g).last_attempt.clone().expect("the update ended")
 }
+
+/// A decision may go unwritten only when it acts on nothing a status must remember and asks Core Hub to
+/// pause nothing: the deletion of a pre-pull pod and a worker that lists or resumes pass through; any
+/// other action, or a pipeline to be asked into maintenance mode, does not.
+#[test]
+fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
+    let work = |enter: &[&str]| corehub::Work {
+        target: corehub::Target {
+            url: "https://core-hub".into(),
+            credentials_secret: None,
+            ca_secret: None,
+            insecure_skip_verify: false,
+        },
+        epoch: "e".into(),
+        enter: {
+            let mut l = crate::api::ids::PipelineList::new();
+            for id in enter {
+                l.push(*id);
+            }
+            l
+        },
+        asked: Default::default(),
+        exit: Default::default(),
+        poll: std::time::Duration::from_secs(1),
+    };
+    let mut d = Decision::new(Default::default());
+    assert!(d.passes_through());
+    d.actions.push(Action::DeletePrePull("p".into()));
+    d.corehub = Some(work(&[]));
+    assert!(d.passes_through());
+    d.corehub = Some(work(&["p1"]));
+    assert!(!d.passes_through());
+    d.corehub = None;
+    d.actions.push(Action::AddFinalizer);
+    assert!(!d.passes_through());
+    // Only a pre-pull pod is made beside the status write.
+    assert!(!Action::AddFinalizer.beside_write());
+    assert!(!Action::DeletePrePull("p".into()).beside_write());
+}
