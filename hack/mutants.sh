@@ -89,6 +89,13 @@ mkdir -p "$out"
 export CARGO_TARGET_DIR="$cache/mutants/target"
 status=0
 if [ "$report_only" = 0 ]; then
+  # Runs share the target directory: a second one would test the first one's mutated build.
+  mkdir -p "$CARGO_TARGET_DIR"
+  exec 9>"$CARGO_TARGET_DIR/.mutants-run.lock"
+  if ! flock -n 9; then
+    echo "mutants: another run holds $CARGO_TARGET_DIR (they share it); wait for it to end" >&2
+    exit 1
+  fi
   cargo mutants --profile mutants --jobs "${MUTANTS_JOBS:-1}" --output "$out" "${args[@]}" || status=$?
 fi
 # 0: all caught; 2: some missed; 3: some timed out; anything else: cargo-mutants itself failed.

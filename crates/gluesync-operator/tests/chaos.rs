@@ -60,6 +60,12 @@ enum Op {
     /// The GluesyncPlatform deleted, and created again with the same spec once GKO let it go (once its
     /// pipelines ran again and its pair was down).
     Recreate,
+    /// GKO's own version asked (`spec.modules.gluesync-operator`): a newer one, the one before, or one
+    /// whose pods never become ready. A history with one runs GKO as its Deployment, its pods' GKO
+    /// processes run by a stand-in for the kubelet (`common::kubelet`): there `Kill` kills the GKO of a
+    /// pod (the kubelet starts it again), `Term` deletes a GKO pod (its Deployment makes another), and
+    /// `Second` does nothing (the Deployment runs what it runs).
+    SelfUpdate(String),
     /// A manager of the Core Hub UI asks for everything's latest GA version through GKO's Conductor API
     /// (`POST /conductor/api/containers`, "update all"), as the UI does; the call answers once the update
     /// has ended, and the history goes on meanwhile.
@@ -102,6 +108,7 @@ impl Op {
                 | Op::Policy(_)
                 | Op::Recreate
                 | Op::Ui
+                | Op::SelfUpdate(_)
         )
     }
 }
@@ -154,12 +161,41 @@ fn any_op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// GKO's own versions a history asks for: newer, the one before, and one that never comes up.
+const GKO_VERSIONS: [&str; 3] = ["0.2.0", "0.1.0", "0.2.0-crash"];
+
+/// [`any_op`], or GKO's own version asked.
+fn hosted_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => any_op(),
+        1 => prop::sample::select(GKO_VERSIONS.to_vec()).prop_map(|v| Op::SelfUpdate(v.to_string())),
+    ]
+}
+
+/// A history: one in four with GKO as its Deployment, updating itself among the rest.
 fn history() -> BoxedStrategy<Vec<Step>> {
-    prop::collection::vec(
+    let plain = prop::collection::vec(
         (0u64..1500, any_op()).prop_map(|(wait_ms, op)| Step { wait_ms, op }),
         2..12,
+    );
+    let hosted = (
+        prop::sample::select(GKO_VERSIONS.to_vec()),
+        prop::collection::vec(
+            (0u64..1500, hosted_op()).prop_map(|(wait_ms, op)| Step { wait_ms, op }),
+            1..11,
+        ),
     )
-    .boxed()
+        .prop_map(|(v, mut rest)| {
+            rest.insert(
+                0,
+                Step {
+                    wait_ms: 0,
+                    op: Op::SelfUpdate(v.to_string()),
+                },
+            );
+            rest
+        });
+    prop_oneof![3 => plain, 1 => hosted].boxed()
 }
 
 /// Shorter histories, for showing that each invariant catches its deliberate bug.
@@ -440,12 +476,32 @@ async fn run(
         ))
     })
     .await?;
-    let mut gkos = vec![spawn("gko-a")?];
+    // GKO as its Deployment (a history that asks for GKO's own version), or as processes of its own.
+    let hosted = steps.iter().any(|s| matches!(s.op, Op::SelfUpdate(_)));
+    let kubelet = if hosted {
+        retried("GKO's Deployment", || async {
+            ns.apply(&common::kubelet::deployment(common::kubelet::OLD, 0))
+        })
+        .await?;
+        Some(common::kubelet::Kubelet::start_with(
+            &ns,
+            mutant
+                .map(|m| vec![("GKO_TEST_MUTANT".to_string(), m.to_string())])
+                .unwrap_or_default(),
+        ))
+    } else {
+        None
+    };
+    let mut gkos = if hosted {
+        vec![]
+    } else {
+        vec![spawn("gko-a")?]
+    };
     wait_settled(&ns).await?;
-    if let Some(m) = mutant {
-        // The deliberate bug is on: GKO says so when it starts.
-        gkos[0]
-            .wait_for_line("a deliberate bug is switched on", Duration::from_secs(10))
+    if let (Some(m), Some(g)) = (mutant, gkos.first_mut()) {
+        // The deliberate bug is on: GKO says so when it starts. (GKO as its Deployment says it in the
+        // kubelet's processes, which the test that switches it on judges by the violation.)
+        g.wait_for_line("a deliberate bug is switched on", Duration::from_secs(10))
             .await
             .map_err(|e| anyhow::anyhow!("GKO did not switch {m} on: {e:#}"))?;
     }
@@ -464,6 +520,7 @@ async fn run(
         enters: BTreeMap::new(),
     };
     let mut asked = vec![];
+    let mut asked_gko = vec![common::kubelet::OLD.to_string()];
     let mut requests = 0;
     let mut revisions = 0;
     let mut stuck_on_stop = 0u32;
@@ -509,8 +566,12 @@ async fn run(
                 };
                 let before = retried("the version", version_now).await?;
                 let answered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let addresses = match &kubelet {
+                    Some(k) => k.addresses(),
+                    None => conductor.values().cloned().collect(),
+                };
                 tokio::spawn(ask_from_the_ui(
-                    conductor.values().map(|a| format!("http://{a}")).collect(),
+                    addresses.iter().map(|a| format!("http://{a}")).collect(),
                     sim.token_for("manager"),
                     ui_answers.clone(),
                     answered.clone(),
@@ -566,6 +627,22 @@ async fn run(
                 })
                 .await?;
             }
+            Op::SelfUpdate(v) => {
+                asked_gko.push(format!("molo17/gluesync-operator:{v}"));
+                let pin = json!({"modules": {common::kubelet::GKO: v}});
+                retried("GKO's version", || patch_spec(&ns, pin.clone())).await?;
+            }
+            Op::Kill | Op::Term if kubelet.is_some() => {
+                let k = kubelet.as_ref().expect("the kubelet");
+                if let Some(pod) = k.running().into_iter().next() {
+                    if step.op == Op::Kill {
+                        let _ = k.kill(&pod);
+                    } else {
+                        let _ = ns.kubectl(&["delete", "pod", &pod, "--wait=false"]);
+                    }
+                }
+            }
+            Op::Second if kubelet.is_some() => {}
             Op::Kill | Op::Term => {
                 if let Some(mut g) = gkos.pop() {
                     if step.op == Op::Kill {
@@ -715,6 +792,10 @@ async fn run(
         // What the StatefulSet controller and the kubelet made of it, for whoever reads the failure.
         found.push(core_hub_story(&ns, &g));
     }
+    if kubelet.is_some() {
+        found.extend(gko_own_image(&ns, &asked_gko).await);
+        tally.checks += 1;
+    }
     if stuck_on_stop > 0 {
         found.push(format!(
             "GKO did not exit within 30 s of SIGTERM ({stuck_on_stop} times)"
@@ -734,6 +815,78 @@ async fn run(
     // The namespace goes now, not at some later point: a long run leaves no pods behind.
     let _ = ns.kubectl(&["delete", "namespace", &ns.name, "--wait=false"]);
     Ok(found)
+}
+
+/// GKO's own Deployment, once its rollout has settled: on its image before or on one asked for, never on
+/// one that does not come up, every pod ready on it, and no self-update mark left.
+async fn gko_own_image(ns: &TestNamespace, asked: &[String]) -> Vec<String> {
+    let reading = || async {
+        let d: Value = serde_json::from_str(&ns.kubectl(&[
+            "get",
+            "deployment",
+            common::kubelet::GKO,
+            "-o",
+            "json",
+        ])?)?;
+        let image = d["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mark = d["metadata"]["annotations"]["gluesync.molo17.com/self-update"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let pods: Value = serde_json::from_str(&ns.kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            &format!("app={}", common::kubelet::GKO),
+            "-o",
+            "json",
+        ])?)?;
+        let pods = pods["items"].as_array().cloned().unwrap_or_default();
+        let ready = !pods.is_empty()
+            && pods.iter().all(|p| {
+                p["spec"]["containers"][0]["image"].as_str() == Some(image.as_str())
+                    && p["metadata"]["deletionTimestamp"].is_null()
+                    && p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+        anyhow::Ok((image, mark, ready))
+    };
+    let _ = eventually(
+        "GKO's Deployment rolled",
+        Duration::from_secs(60),
+        || async {
+            let (_, _, ready) = reading().await?;
+            Ok(ready.then_some(()))
+        },
+    )
+    .await;
+    let (image, mark, ready) = match retried("GKO's Deployment", reading).await {
+        Ok(r) => r,
+        Err(e) => return vec![format!("GKO's Deployment could not be read: {e:#}")],
+    };
+    let mut found = vec![];
+    if !asked.contains(&image) || never_comes_up(&image) {
+        found.push(format!(
+            "GKO's own Deployment ended on {image}, neither its image before nor one asked for that comes up"
+        ));
+    }
+    if !ready {
+        found.push(format!(
+            "GKO's own pods are not all ready on {image} once the install settled"
+        ));
+    }
+    if !mark.is_empty() {
+        found.push(format!(
+            "GKO's own Deployment keeps the self-update mark {mark}"
+        ));
+    }
+    found
 }
 
 /// The version the Core Hub UI's "update all" asks for: the catalog's latest GA of Core Hub.
@@ -986,9 +1139,17 @@ fn saved_regressions_and_a_short_budget_keep_every_invariant() {
         .build()
         .expect("a runtime");
     let mut tally = Tally::default();
+    // `CHAOS_REPLAY=<part of a file name>`: only the saved schedules it names, and no generated ones.
+    let only = std::env::var("CHAOS_REPLAY").ok();
     if let Ok(entries) = std::fs::read_dir(regressions_dir()) {
         for entry in entries.flatten() {
             let path = entry.path();
+            if only
+                .as_deref()
+                .is_some_and(|o| !path.to_string_lossy().contains(o))
+            {
+                continue;
+            }
             let steps: Vec<Step> =
                 serde_json::from_str(&std::fs::read_to_string(&path).expect("a saved schedule"))
                     .expect("a saved schedule");
@@ -997,6 +1158,9 @@ fn saved_regressions_and_a_short_budget_keep_every_invariant() {
         }
     }
     drop(rt);
+    if only.is_some() {
+        return;
+    }
     run_for(1, Duration::from_secs(120), 3, 1);
     run_for(time_seed(), Duration::from_secs(120), 3, 1);
 }
@@ -1108,6 +1272,34 @@ fn the_checker_catches_a_ui_update_taken_under_gitops() {
         found
             .iter()
             .any(|f| f.contains("under the gitops policy a request from the UI changed")),
+        "{found:?}"
+    );
+    let found = rt.block_on(run(&steps, &mut tally, None)).expect("the run");
+    assert!(found.is_empty(), "{found:?}");
+}
+
+/// GKO asked to update itself to a version that never comes up: a GKO that leaves itself there is
+/// caught (its Deployment on that image, or its own update never ending); without the bug the old GKO
+/// puts itself back.
+#[test]
+fn the_checker_catches_gko_left_on_its_failing_image() {
+    let steps = vec![Step {
+        wait_ms: 0,
+        op: Op::SelfUpdate("0.2.0-crash".into()),
+    }];
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut tally = Tally::default();
+    let found = rt
+        .block_on(run(&steps, &mut tally, Some("NoSelfRollback")))
+        .expect("the run");
+    assert!(
+        found
+            .iter()
+            .any(|f| f.contains("GKO's own Deployment ended on") || f.contains("did not settle")),
         "{found:?}"
     );
     let found = rt.block_on(run(&steps, &mut tally, None)).expect("the run");

@@ -16,6 +16,8 @@ use kube::{
 };
 use tokio::sync::watch;
 
+pub mod kubelet;
+
 pub const SAMPLE_INSTALL: &str = include_str!("../../../../examples/sample/install.yaml");
 pub const RBAC: &str = include_str!("../../../../deploy/rbac.yaml");
 pub const SAMPLE_PLATFORM: &str = include_str!("../../../../examples/sample/platform.yaml");
