@@ -1049,11 +1049,7 @@ fn run_for(seed: u64, budget: Duration, max: u64, lanes: u64) {
             let (tally, next, done, failed) =
                 (tally.clone(), next.clone(), done.clone(), failed.clone());
             scope.spawn(move || {
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("a runtime");
+                let rt = runtime();
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let stop = failed.lock().map(|f| f.is_some()).unwrap_or(true);
@@ -1133,11 +1129,7 @@ fn generated_histories_keep_every_invariant() {
 /// from a seed taken from the time (printed; `CHAOS_SEED=<seed> make chaos` runs it again).
 #[test]
 fn saved_regressions_and_a_short_budget_keep_every_invariant() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let rt = runtime();
     let mut tally = Tally::default();
     // `CHAOS_REPLAY=<part of a file name>`: only the saved schedules it names, and no generated ones.
     let only = std::env::var("CHAOS_REPLAY").ok();
@@ -1174,11 +1166,7 @@ fn catches(mutant: &'static str, expect: &str) {
 
 /// [`catches`], with histories from `histories`.
 fn catches_in(mutant: &'static str, expect: &str, histories: BoxedStrategy<Vec<Step>>) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let rt = runtime();
     let tally = Arc::new(Mutex::new(Tally::default()));
     let mode = Mode {
         mutant: Some(mutant),
@@ -1245,11 +1233,36 @@ fn the_checker_catches_a_pipeline_asked_in_twice() {
     catches_in("ForgetAsked", "pipeline p", late);
 }
 
+/// A runtime of two workers for the histories of one lane.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// `steps` with the deliberate bug `mutant` break an invariant whose violation says one of `expect`;
+/// without it they keep every invariant.
+fn caught_then_clean(steps: &[Step], mutant: &str, expect: &[&str]) {
+    let rt = runtime();
+    let mut tally = Tally::default();
+    let found = rt
+        .block_on(run(steps, &mut tally, Some(mutant)))
+        .expect("the run");
+    assert!(
+        found.iter().any(|f| expect.iter().any(|e| f.contains(e))),
+        "{mutant}: {found:?}"
+    );
+    let found = rt.block_on(run(steps, &mut tally, None)).expect("the run");
+    assert!(found.is_empty(), "{found:?}");
+}
+
 /// An update asked from the Core Hub UI under the gitops policy changes nothing: a Conductor API that
-/// takes it is caught; the same history keeps every invariant without the bug.
+/// takes it is caught.
 #[test]
 fn the_checker_catches_a_ui_update_taken_under_gitops() {
-    let steps = vec![
+    let steps = [
         Step {
             wait_ms: 0,
             op: Op::Policy("gitops".into()),
@@ -1259,23 +1272,11 @@ fn the_checker_catches_a_ui_update_taken_under_gitops() {
             op: Op::Ui,
         },
     ];
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let mut tally = Tally::default();
-    let found = rt
-        .block_on(run(&steps, &mut tally, Some("UiUnderGitops")))
-        .expect("the run");
-    assert!(
-        found
-            .iter()
-            .any(|f| f.contains("under the gitops policy a request from the UI changed")),
-        "{found:?}"
+    caught_then_clean(
+        &steps,
+        "UiUnderGitops",
+        &["under the gitops policy a request from the UI changed"],
     );
-    let found = rt.block_on(run(&steps, &mut tally, None)).expect("the run");
-    assert!(found.is_empty(), "{found:?}");
 }
 
 /// GKO asked to update itself to a version that never comes up: a GKO that leaves itself there is
@@ -1283,27 +1284,15 @@ fn the_checker_catches_a_ui_update_taken_under_gitops() {
 /// puts itself back.
 #[test]
 fn the_checker_catches_gko_left_on_its_failing_image() {
-    let steps = vec![Step {
+    let steps = [Step {
         wait_ms: 0,
         op: Op::SelfUpdate("0.2.0-crash".into()),
     }];
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let mut tally = Tally::default();
-    let found = rt
-        .block_on(run(&steps, &mut tally, Some("NoSelfRollback")))
-        .expect("the run");
-    assert!(
-        found
-            .iter()
-            .any(|f| f.contains("GKO's own Deployment ended on") || f.contains("did not settle")),
-        "{found:?}"
+    caught_then_clean(
+        &steps,
+        "NoSelfRollback",
+        &["GKO's own Deployment ended on", "did not settle"],
     );
-    let found = rt.block_on(run(&steps, &mut tally, None)).expect("the run");
-    assert!(found.is_empty(), "{found:?}");
 }
 
 #[test]
