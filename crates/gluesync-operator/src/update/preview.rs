@@ -179,13 +179,15 @@ pub fn preview(
                 };
                 return p;
             }
-            UpdateStep::PrePull if !again => {
-                // Pulling the new images first: said, then taken as done.
+            UpdateStep::PrePull => {
+                // Pulling the new images first: said (the decision that enters the step says it), then
+                // taken as done.
                 p.waits.extend(p.messages.last().cloned());
                 g.spec.pre_pull.enabled = false;
             }
-            UpdateStep::Waiting if !again => {
-                // Waiting for an approval or a window: said, then given.
+            UpdateStep::Waiting => {
+                // Waiting for an approval or a window: said (the decision that enters the step says
+                // it), then given.
                 p.waits.extend(p.messages.last().cloned());
                 if let Some(id) = &u.approval_id {
                     g.annotations_mut()

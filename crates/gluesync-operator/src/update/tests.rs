@@ -2942,3 +2942,88 @@ fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     assert!(!Action::AddFinalizer.beside_write());
     assert!(!Action::DeletePrePull("p".into()).beside_write());
 }
+
+/// The preview plans a new generation of the spec: a version refused at the platform's current
+/// generation, or at the one before it, is planned (and refused) again, as the change the user is about
+/// to make would.
+#[test]
+fn the_preview_plans_a_new_generation_of_the_spec() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.step(&mut g, 0);
+    g.spec.version = "2.4.0.0".into();
+    g.metadata.generation = Some(3);
+    for _ in 0..10 {
+        world.step(&mut g, 1);
+    }
+    let refused = status(&g)
+        .last_attempt
+        .clone()
+        .unwrap_or_else(|| panic!("no attempt: {:?}", status(&g).message));
+    assert_eq!(refused.result, UpdateResult::Refused);
+    assert_eq!(refused.generation, Some(3));
+    g.spec.version = "2.3.2.1".into();
+    for generation in [3, 4] {
+        // Refused at this generation (3), or at the one before it (the spec changed since: 4).
+        g.metadata.generation = Some(generation);
+        let p = previewed(&g, &world, "2.4.0.0", 5);
+        match p.verdict {
+            preview::Verdict::Refused(why) => {
+                assert!(why.contains("not in the version catalog"), "{why}")
+            }
+            v => panic!("generation {generation}: {v:?}"),
+        }
+        // Planned anew (Preflight ran), not the earlier attempt read back.
+        assert!(p.update.is_some(), "generation {generation}");
+    }
+}
+
+/// The preview puts GKO's finalizer on its copy beside any other, as GKO would before the drain: the
+/// drain's pipelines are counted; its messages come in order, none twice in a row.
+#[test]
+fn the_preview_counts_the_drain_beside_another_finalizer_and_says_each_step_once() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a", "b"], &[]));
+    world.step(&mut g, 0);
+    g.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    let p = previewed(&g, &world, "2.3.2.2", 1);
+    assert_eq!(p.verdict, preview::Verdict::Runs { next: Drain });
+    assert_eq!(p.pause, Ok(vec!["a".into(), "b".into()]));
+    assert!(p.messages.len() >= 2, "{:?}", p.messages);
+    assert!(
+        p.messages.windows(2).all(|w| w[0] != w[1]),
+        "{:?}",
+        p.messages
+    );
+}
+
+/// What the update would wait for before its first change is said, and then taken as given: the pull of
+/// the new images on their nodes, and a manual approval.
+#[test]
+fn the_preview_says_the_pull_and_the_approval_it_would_wait_for() {
+    use crate::update::observed::PullState;
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    g.spec.version = "2.3.2.1".into();
+    world.step(&mut g, 0);
+    let p = previewed(&g, &world, "2.3.2.2", 1);
+    assert_eq!(p.verdict, preview::Verdict::Runs { next: Drain });
+    assert_eq!(p.waits.len(), 1, "{:?}", p.waits);
+    assert!(p.waits[0].contains("pull"), "{:?}", p.waits);
+    assert_eq!(p.pause, Ok(vec!["a".into(), "b".into()]));
+
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1", "approval": "manual"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.step(&mut g, 0);
+    let p = previewed(&g, &world, "2.3.2.2", 1);
+    assert_eq!(p.verdict, preview::Verdict::Runs { next: Drain });
+    assert_eq!(p.waits.len(), 1, "{:?}", p.waits);
+    assert!(p.waits[0].contains("approv"), "{:?}", p.waits);
+    // Nothing to pull (no pod on a node yet): nothing waited for.
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.step(&mut g, 0);
+    assert_eq!(
+        previewed(&g, &world, "2.3.2.2", 1).waits,
+        Vec::<String>::new()
+    );
+}

@@ -174,4 +174,20 @@ mod tests {
         );
         assert_eq!(problem(&w), None);
     }
+
+    /// A start is HH:MM on a 24-hour clock: an hour or a minute out of range is said, not wrapped.
+    #[test]
+    fn a_start_out_of_the_clock_is_a_problem() {
+        for start in ["24:00", "23:60", "7", "ab:cd"] {
+            let w = [window(&[], start, 60, "UTC")];
+            assert!(
+                problem(&w).is_some_and(|p| p.contains("is not HH:MM")),
+                "{start}: {:?}",
+                problem(&w)
+            );
+        }
+        for start in ["00:00", "23:59"] {
+            assert_eq!(problem(&[window(&[], start, 60, "UTC")]), None, "{start}");
+        }
+    }
 }
