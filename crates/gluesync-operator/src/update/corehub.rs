@@ -184,6 +184,46 @@ impl Exits {
 mod tests {
     use super::*;
 
+    /// Core Hub is reached at the spec's URL, else at its own workload's Service (whatever workload comes
+    /// first); with neither, there is none to reach.
+    #[test]
+    fn core_hub_is_reached_at_the_spec_url_or_its_workloads_service() {
+        use crate::update::fixtures::{install, platform};
+        let mut workloads = install();
+        workloads.rotate_left(1);
+        let g = platform(serde_json::json!({"version": "2.3.2.1"}));
+        let t = Target::of(&g, &workloads, "ns").expect("a target");
+        assert_eq!(t.url, "https://core-hub.ns.svc:1717");
+        let g = platform(serde_json::json!({
+            "version": "2.3.2.1",
+            "coreHub": {"url": "https://hub.example:8443", "insecureSkipVerify": true},
+        }));
+        let t = Target::of(&g, &[], "ns").expect("the spec's target");
+        assert_eq!(
+            (t.url.as_str(), t.insecure_skip_verify),
+            ("https://hub.example:8443", true)
+        );
+        workloads.retain(|w| w.name != "core-hub");
+        let g = platform(serde_json::json!({"version": "2.3.2.1"}));
+        assert_eq!(Target::of(&g, &workloads, "ns"), None);
+    }
+
+    /// Times beyond what nanoseconds in an i64 hold (1678 to 2262) are kept as its bounds, in order.
+    #[test]
+    fn times_beyond_the_nanosecond_range_keep_their_order() {
+        let year = |y: i16| {
+            Time(
+                jiff::civil::date(y, 1, 1)
+                    .to_zoned(jiff::tz::TimeZone::UTC)
+                    .unwrap()
+                    .timestamp(),
+            )
+        };
+        assert_eq!(nanos(&year(1600)), i64::MIN);
+        assert_eq!(nanos(&year(2300)), i64::MAX);
+        assert_eq!(nanos(&Time(jiff::Timestamp::UNIX_EPOCH)), 0);
+    }
+
     fn t(ns: i128) -> Time {
         Time(jiff::Timestamp::from_nanosecond(ns).unwrap())
     }
@@ -212,5 +252,8 @@ mod tests {
             "a shared list is copied, not changed"
         );
         assert!(e.contains_key("b") && !e.contains_key("c"));
+        assert!(!e.is_empty());
+        // The times, in the order of the ids.
+        assert_eq!(e.values().collect::<Vec<_>>(), [t(5_000_000), t(2_000_000)]);
     }
 }
