@@ -756,16 +756,7 @@ async fn run(
             "json",
         ])?)?;
         let pods = pods["items"].as_array().cloned().unwrap_or_default();
-        let ready = pods.len() as i64 == replicas
-            && pods.iter().all(|p| {
-                p["spec"]["containers"][0]["image"].as_str() == Some(image.as_str())
-                    && p["metadata"]["deletionTimestamp"].is_null()
-                    && p["status"]["conditions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+        let ready = pods.len() as i64 == replicas && all_ready_on(&pods, &image);
         anyhow::Ok((image, ready))
     };
     // (Not for an image that never comes up: the check below says so at once.)
@@ -845,16 +836,7 @@ async fn gko_own_image(ns: &TestNamespace, asked: &[String]) -> Vec<String> {
             "json",
         ])?)?;
         let pods = pods["items"].as_array().cloned().unwrap_or_default();
-        let ready = !pods.is_empty()
-            && pods.iter().all(|p| {
-                p["spec"]["containers"][0]["image"].as_str() == Some(image.as_str())
-                    && p["metadata"]["deletionTimestamp"].is_null()
-                    && p["status"]["conditions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
+        let ready = !pods.is_empty() && all_ready_on(&pods, &image);
         anyhow::Ok((image, mark, ready))
     };
     let _ = eventually(
@@ -887,6 +869,19 @@ async fn gko_own_image(ns: &TestNamespace, asked: &[String]) -> Vec<String> {
         ));
     }
     found
+}
+
+/// Every pod runs `image`, is not going, and is Ready.
+fn all_ready_on(pods: &[Value], image: &str) -> bool {
+    pods.iter().all(|p| {
+        p["spec"]["containers"][0]["image"].as_str() == Some(image)
+            && p["metadata"]["deletionTimestamp"].is_null()
+            && p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
 }
 
 /// The version the Core Hub UI's "update all" asks for: the catalog's latest GA of Core Hub.
