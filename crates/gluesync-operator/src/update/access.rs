@@ -163,6 +163,25 @@ mod tests {
         assert!(!Access::default().secret_allowed("corehub-credentials"));
     }
 
+    /// A refused Secret's message names what this GKO may read instead (or says it may read none).
+    #[test]
+    fn a_refused_secret_says_what_may_be_read() {
+        let g = crate::update::fixtures::platform(serde_json::json!({
+            "version": "2.3.2.1",
+            "coreHub": {"credentialsSecret": "db-password"},
+        }));
+        let p = access().problem(&g, &[], "ns").expect("refused");
+        assert_eq!(p.reason, "SecretNotAllowed");
+        assert!(
+            p.message
+                .contains("(it may read: corehub-ca, corehub-credentials)"),
+            "{}",
+            p.message
+        );
+        let p = Access::default().problem(&g, &[], "ns").expect("refused");
+        assert!(p.message.contains("(it may read: none)"), "{}", p.message);
+    }
+
     #[test]
     fn urls_match_by_origin_and_the_default_is_always_allowed() {
         let a = access();
@@ -182,6 +201,10 @@ mod tests {
         assert!(!a.url_allowed("https://corehub.example.com.evil.io", default));
         assert!(!a.url_allowed("https://evil.io/?https://corehub.example.com", default));
         assert!(!a.url_allowed("https://corehub.example.com@evil.io", default));
+        // Credentials in the URL itself, even to an allowed origin: refused.
+        assert!(!a.url_allowed("https://user@corehub.example.com", default));
+        assert!(!a.url_allowed("https://:secret@corehub.example.com", default));
+        assert!(!a.url_allowed("https://user:secret@corehub.example.com", default));
         assert!(a.url_allowed("http://127.0.0.1:40123", default));
         assert!(!a.url_allowed("http://localhost:40123", default));
         assert!(!a.url_allowed("ftp://127.0.0.1:1", default));

@@ -121,6 +121,12 @@ pub(crate) fn process_mutant() -> Option<Mutant> {
     })
 }
 
+/// [`Mutant::ReadyAlone`]'s own condition, kept here with the deliberate bugs (not mutated: they are the
+/// tests): once an update has ended (the status has history), every condition of the idle status is False.
+pub(crate) fn ready_alone(status: &crate::api::GluesyncPlatformStatus) -> bool {
+    mutated(Mutant::ReadyAlone) && !status.history.is_empty()
+}
+
 /// Is this deliberate bug on? Never without the feature `test-hooks`.
 #[allow(unused_variables)]
 #[inline]

@@ -255,7 +255,7 @@ pub fn idle(gsp: &GluesyncPlatform, workloads: &[Workload], now: &Time) -> Glues
             ];
         }
     }
-    if crate::update::mutated(crate::update::Mutant::ReadyAlone) && !status.history.is_empty() {
+    if super::mutants::ready_alone(&status) {
         for c in &mut conditions {
             c.1 = false;
         }
@@ -452,16 +452,26 @@ mod tests {
     #[test]
     fn a_drifted_version_is_stalled_until_the_spec_changes() {
         // This spec's update ran (and succeeded); then Core Hub's image was changed by hand.
-        let mut g = gsp("2.3.2.2");
+        let g = after(UpdateResult::Succeeded, "2.3.2.2");
+        let s = idle(&g, &sample(), &t("2026-01-01T00:00:00Z"));
+        assert_eq!(cond(&s, STALLED).status, "True");
+        assert_eq!(cond(&s, STALLED).reason, "VersionDrift");
+        assert_eq!(cond(&s, RECONCILING).status, "False");
+        assert_eq!(s.version.as_deref(), Some("2.3.2.1"));
+    }
+
+    /// A status whose last attempt, of this generation, ended with `result`.
+    fn after(result: UpdateResult, version: &str) -> GluesyncPlatform {
+        let mut g = gsp(version);
         g.status = Some(GluesyncPlatformStatus {
             phase: Some(Phase::Current),
             last_attempt: Some(crate::api::Attempt {
-                target: Some("2.3.2.2".into()),
+                target: Some(version.into()),
                 request_id: None,
                 requested_by: None,
                 generation: g.metadata.generation,
-                result: UpdateResult::Succeeded,
-                message: "update finished".into(),
+                result,
+                message: "why".into(),
                 started_at: None,
                 finished_at: t("2026-01-01T00:00:00Z"),
                 results: vec![],
@@ -470,11 +480,59 @@ mod tests {
             }),
             ..Default::default()
         });
-        let s = idle(&g, &sample(), &t("2026-01-01T00:00:00Z"));
-        assert_eq!(cond(&s, STALLED).status, "True");
-        assert_eq!(cond(&s, STALLED).reason, "VersionDrift");
-        assert_eq!(cond(&s, RECONCILING).status, "False");
-        assert_eq!(s.version.as_deref(), Some("2.3.2.1"));
+        g
+    }
+
+    /// The statuses of Ready and Stalled.
+    fn ready_stalled(s: &GluesyncPlatformStatus) -> (&str, &str) {
+        (
+            cond(s, READY).status.as_str(),
+            cond(s, STALLED).status.as_str(),
+        )
+    }
+
+    /// A failed or degraded update's phase and Stalled stay until the spec changes, even with every
+    /// workload ready; a refused one keeps the phase it found, and is Ready when the install is.
+    #[test]
+    fn the_last_updates_result_stays_until_the_spec_changes() {
+        let now = t("2026-01-01T00:00:00Z");
+        // Rolled back: 2.3.2.1 runs, every workload ready.
+        let s = idle(&after(UpdateResult::Failed, "2.3.2.2"), &sample(), &now);
+        assert_eq!(s.phase, Some(Phase::Failed));
+        assert_eq!(s.message.as_deref(), Some("the last update failed: why"));
+        assert_eq!(ready_stalled(&s), ("False", "True"));
+        assert_eq!(cond(&s, STALLED).reason, "UpdateFailed");
+        assert_eq!(
+            stalled(Some(&s)),
+            Some(("UpdateFailed", "the last update failed: why"))
+        );
+        // Degraded: Core Hub updated, a module left; everything runs and is ready.
+        let s = idle(&after(UpdateResult::Degraded, "2.3.2.1"), &sample(), &now);
+        assert_eq!(s.phase, Some(Phase::Degraded));
+        assert_eq!(
+            s.message.as_deref(),
+            Some("the last update ended degraded: why")
+        );
+        assert_eq!(ready_stalled(&s), ("False", "True"));
+        assert_eq!(cond(&s, STALLED).reason, "UpdateDegraded");
+        // Refused on a current, ready install: Ready, the phase as it was.
+        let s = idle(&after(UpdateResult::Refused, "2.3.2.1"), &sample(), &now);
+        assert_eq!(s.phase, Some(Phase::Current));
+        assert_eq!(
+            s.message.as_deref(),
+            Some("the last update was refused: why")
+        );
+        assert_eq!(ready_stalled(&s), ("True", "False"));
+        assert_eq!(cond(&s, READY).reason, "UpdateRefused");
+        assert_eq!(stalled(Some(&s)), None);
+        // Refused, and the spec's version does not run: stalled until the spec changes.
+        let s = idle(&after(UpdateResult::Refused, "2.3.2.2"), &sample(), &now);
+        assert_eq!(ready_stalled(&s), ("False", "True"));
+        // Refused on a current install with a workload not ready: not Ready.
+        let mut w = sample();
+        w[1].ready = false;
+        let s = idle(&after(UpdateResult::Refused, "2.3.2.1"), &w, &now);
+        assert_eq!(ready_stalled(&s), ("False", "True"));
     }
 
     #[test]

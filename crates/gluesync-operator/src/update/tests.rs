@@ -1371,6 +1371,117 @@ fn a_self_update_turned_off_is_dropped_and_gitops_never_schedules_one() {
     assert_eq!(gko_workload(&world).self_update_mark, None);
 }
 
+/// Turned off while GKO's new image rolls out, GKO puts its own image back; turned off while it is only
+/// scheduled, an image someone else set (even the new one) is left as it is.
+#[test]
+fn a_self_update_turned_off_while_rolling_out_puts_the_old_image_back() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    assert_eq!(gko_workload(&world).image, GKO_NEW, "rolling out");
+    g.spec.self_update.enabled = false;
+    let d = world.step(&mut g, 102);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
+    assert_eq!(gko_workload(&world).image, GKO_OLD, "GKO's change undone");
+    assert_eq!(gko_workload(&world).self_update_mark, None);
+
+    // Rolling out, but the image is a third one somebody set: left.
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    gko_mut(&mut world).image = "molo17/gluesync-operator:0.9.9".into();
+    g.spec.self_update.enabled = false;
+    world.step(&mut g, 102);
+    assert_eq!(gko_workload(&world).image, "molo17/gluesync-operator:0.9.9");
+
+    // Scheduled, and somebody set the new image by hand: not GKO's change, left.
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    gko_mut(&mut world).image = GKO_NEW.into();
+    g.spec.self_update.enabled = false;
+    let d = world.step(&mut g, 101);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdateCancelled"]);
+    assert_eq!(gko_workload(&world).image, GKO_NEW, "left as set");
+}
+
+/// The new image landed without its mark (the mark is lost, or written by an older GKO): the mark is
+/// written again and the rollout goes on; with the mark in place, nothing is written.
+#[test]
+fn a_rolling_out_deployment_without_its_mark_gets_it_back() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    let d = world.step(&mut g, 102);
+    assert!(
+        d.actions.is_empty() && d.events.is_empty(),
+        "marked: nothing to write: {:?}",
+        d.actions
+    );
+    gko_mut(&mut world).self_update_mark = None;
+    let d = world.step(&mut g, 103);
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    assert_eq!(gko_workload(&world).image, GKO_NEW);
+    assert_eq!(
+        gko_workload(&world).self_update_mark.as_deref(),
+        Some("RollingOut")
+    );
+    assert_eq!(
+        status(&g).self_update.as_ref().map(|s| s.phase),
+        Some(SelfUpdatePhase::RollingOut)
+    );
+}
+
+/// GKO goes only to a newer version of itself: a pin or a catalog entry at the version it runs moves it
+/// nowhere, even to another registry.
+#[test]
+fn gko_moves_itself_only_to_a_newer_version() {
+    let gko = workload("gluesync-operator", "operator", GKO_OLD);
+    let at = |pin: Option<&str>| {
+        let mut spec = serde_json::json!({"version": "2.3.2.1", "imageRegistry": "mirror.example"});
+        if let Some(pin) = pin {
+            spec["modules"] = serde_json::json!({"gluesync-operator": pin});
+        }
+        platform(spec)
+    };
+    let catalog =
+        |v: &str| -> Catalog { [("gluesync-operator".to_string(), v.to_string())].into() };
+    assert_eq!(
+        super::selfupdate::target(&at(Some("0.1.0")), &gko, None),
+        None
+    );
+    assert_eq!(
+        super::selfupdate::target(&at(Some("0.1.1")), &gko, None).as_deref(),
+        Some("mirror.example/gluesync-operator:0.1.1")
+    );
+    assert_eq!(
+        super::selfupdate::target(&at(None), &gko, Some(&catalog("0.1.0"))),
+        None
+    );
+    assert_eq!(
+        super::selfupdate::target(&at(None), &gko, Some(&catalog("0.2.0"))).as_deref(),
+        Some("mirror.example/gluesync-operator:0.2.0")
+    );
+}
+
+/// The old GKO, still leading while its pod goes, never reports the new one's success: that is the new
+/// GKO's to say, once it runs.
+#[test]
+fn the_old_gko_never_reports_the_new_ones_success() {
+    let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
+    world.step(&mut g, 101);
+    assert_eq!(world.me.as_deref(), Some(GKO_OLD));
+    gko_pod(&mut world, true);
+    world.step(&mut g, 104);
+    let d = world.step(&mut g, 110);
+    assert!(d.events.is_empty(), "{:?}", d.events);
+    assert_eq!(
+        status(&g).self_update.as_ref().map(|s| s.phase),
+        Some(SelfUpdatePhase::RollingOut)
+    );
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Scheduled);
+    // The new GKO, leading next, reports it.
+    world.me = Some(GKO_NEW.into());
+    let d = world.step(&mut g, 111);
+    assert_eq!(reasons(&d.events), vec!["OperatorUpdated"]);
+    assert_eq!(gko_entry(&g), ComponentResultStatus::Ok);
+}
+
 #[test]
 fn a_gko_that_died_between_its_status_and_its_deployment_write_finishes_the_write() {
     let (mut g, mut world, _) = self_update_scheduled(serde_json::json!({}));
