@@ -44,7 +44,9 @@ fn reasons(events: &[Event]) -> Vec<&str> {
 #[test]
 fn a_new_version_starts_an_update_once_per_generation() {
     let g = platform(serde_json::json!({"version": "2.3.2.2"}));
-    let w = install();
+    // Core Hub listed after a module.
+    let mut w = install();
+    w.rotate_left(2);
     let report = Report::default();
     let obs = |now| Observed {
         now,
@@ -60,6 +62,16 @@ fn a_new_version_starts_an_update_once_per_generation() {
     let d = decide(&g, &obs(at(0)));
     assert_eq!(d.status.phase, Some(Phase::Updating));
     assert!(d.again);
+    // Core Hub's version, whatever other workloads run.
+    assert_eq!(
+        d.events
+            .iter()
+            .map(|e| e.message.as_str())
+            .collect::<Vec<_>>(),
+        [
+            "update of Core Hub from 2.3.2.1 to 2.3.2.2 started, asked by a change of the GluesyncPlatform"
+        ]
+    );
     let u = d.status.update.unwrap();
     assert_eq!((u.step.name(), u.generation), (Preflight, 2));
     assert_eq!(u.from.as_deref(), Some("2.3.2.1"));
@@ -150,6 +162,69 @@ fn preflight_goes_on_without_a_catalog_that_does_not_answer() {
     assert_eq!(
         planned(&g, "chronos").message.as_deref(),
         Some("no pin, and the version catalog did not answer")
+    );
+}
+
+/// An unpinned module the update leaves says why: an offline install has no catalog, or the catalog that
+/// answered knows no version of it.
+#[test]
+fn an_unpinned_module_left_says_why() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2", "catalog": {"offline": true}}));
+    let mut world = World::new(None, Hub::new(&[], &[]));
+    world.until(&mut g, 0, Snapshot);
+    assert_eq!(
+        planned(&g, "chronos").message.as_deref(),
+        Some("no pin, and an offline install has no catalog")
+    );
+    // Offline, no catalog is waited for or missed.
+    assert_eq!(
+        status(&g).message.as_deref(),
+        Some("preflight passed; recording the images of every component")
+    );
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    let mut world = World::new(
+        Some([("gluesync-core-hub".to_string(), "2.3.2.2".to_string())].into()),
+        Hub::new(&[], &[]),
+    );
+    world.until(&mut g, 0, Drain);
+    assert_eq!(
+        (
+            planned(&g, "chronos").state,
+            planned(&g, "chronos").message.as_deref()
+        ),
+        (
+            ComponentState::Skipped,
+            Some("no pin, and the catalog gave no version")
+        )
+    );
+}
+
+/// An unpinned module already on the catalog's latest stays where it is, even with an image registry set
+/// (only an image GKO changes goes to the registry).
+#[test]
+fn a_module_on_the_latest_version_stays_on_its_image() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2",
+        "imageRegistry": "registry.example.com/mirror",
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world
+        .workloads
+        .iter_mut()
+        .find(|w| w.name == "chronos")
+        .unwrap()
+        .image = "molo17/gluesync-chronos:0.3.3".into();
+    world.until(&mut g, 0, Drain);
+    assert_eq!(
+        (
+            planned(&g, "chronos").state,
+            planned(&g, "chronos").to_image.as_deref()
+        ),
+        (ComponentState::Skipped, None)
+    );
+    assert_eq!(
+        planned(&g, "core-hub").to_image.as_deref(),
+        Some("registry.example.com/mirror/gluesync-core-hub:2.3.2.2")
     );
 }
 
