@@ -2314,6 +2314,14 @@ fn the_new_core_hub_and_agent_images_are_pulled_on_their_nodes_before_the_drain(
             ),
         ]
     );
+    // The status says what is pulled where.
+    assert_eq!(
+        status(&g).message.as_deref(),
+        Some(
+            "pulling the new images on the nodes before any pipeline is paused: \
+             molo17/gluesync-core-hub:2.3.2.2 on n1; molo17/gluesync-mssql-cdc:2.3.2.2 on n2"
+        )
+    );
     // While they pull, nothing is paused, and Core Hub is not asked.
     for t in 2..20 {
         let d = world.step(&mut g, t);
@@ -2440,9 +2448,27 @@ fn a_pull_that_does_not_end_in_time_or_a_pod_refused_refuses_the_update() {
     let attempt = status(&g).last_attempt.clone().unwrap();
     assert_eq!(attempt.result, UpdateResult::Refused);
     assert!(
-        attempt.message.contains("not pulled within 30 s"),
+        attempt.message.contains(
+            "not pulled within 30 s (prePull.timeoutSeconds): molo17/gluesync-core-hub:2.3.2.2 on n1"
+        ),
         "{}",
         attempt.message
+    );
+
+    // A pod refused before this step began (an earlier update's): made again, not a refusal.
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    let name = world.pre_pulls[0].name.clone();
+    world.pre_pulls[0].state = PullState::Refused(at(-10), "exceeded quota: pods".into());
+    let d = world.step(&mut g, 2);
+    assert_eq!(update(&g).step.name(), PrePull);
+    assert!(
+        d.actions.iter().any(
+            |a| matches!(a, Action::CreatePod(p) if p.metadata.name.as_deref() == Some(name.as_str()))
+        ),
+        "{:?}",
+        d.actions
     );
 
     // A pod the API server refuses (a quota, an admission policy): refused at once, with its words.
