@@ -2384,8 +2384,27 @@ fn the_pre_pull_pod_is_small_bound_to_its_node_and_restricted() {
             _ => None,
         })
         .expect("a pod for n1");
+    // In the platform's namespace, saying whose pull it is.
+    assert_eq!(pod.metadata.namespace.as_deref(), Some("ns"));
+    assert_eq!(
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("gluesync.molo17.com/pulls-for"))
+            .map(String::as_str),
+        Some("core-hub")
+    );
     let spec = pod.spec.unwrap();
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    // No Service environment, gone at once, and on any node whatever its taints.
+    assert_eq!(spec.enable_service_links, Some(false));
+    assert_eq!(spec.termination_grace_period_seconds, Some(1));
+    assert_eq!(
+        spec.tolerations
+            .as_ref()
+            .map(|t| t.iter().map(|t| t.operator.as_deref()).collect::<Vec<_>>()),
+        Some(vec![Some("Exists")])
+    );
     assert_eq!(spec.automount_service_account_token, Some(false));
     assert_eq!(spec.service_account_name.as_deref(), Some("core-hub"));
     assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "registry");
