@@ -2356,6 +2356,7 @@ fn the_new_core_hub_and_agent_images_are_pulled_on_their_nodes_before_the_drain(
 #[test]
 fn the_pre_pull_pod_is_small_bound_to_its_node_and_restricted() {
     use crate::update::observed::PullState;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let (mut g, mut world) = pre_pull_world(PullState::Pulling);
     let mut template = k8s_openapi::api::core::v1::PodSpec {
         service_account_name: Some("core-hub".into()),
@@ -2412,9 +2413,30 @@ fn the_pre_pull_pod_is_small_bound_to_its_node_and_restricted() {
     assert_eq!(c.image.as_deref(), Some("molo17/gluesync-core-hub:2.3.2.2"));
     assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
     assert_eq!(c.command.as_deref(), Some(&["true".to_string()][..]));
+    // Within the Pod Security Standard "restricted", and as small as a pod can be.
     let sc = c.security_context.as_ref().unwrap();
     assert_eq!(sc.allow_privilege_escalation, Some(false));
-    assert_eq!(spec.security_context.unwrap().run_as_non_root, Some(true));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_string()])
+    );
+    let resources = c.resources.as_ref().unwrap();
+    let quantities = |q: &Option<std::collections::BTreeMap<String, Quantity>>| -> Vec<String> {
+        q.iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", v.0))
+            .collect()
+    };
+    assert_eq!(quantities(&resources.requests), ["cpu=10m", "memory=16Mi"]);
+    assert_eq!(quantities(&resources.limits), ["cpu=100m", "memory=64Mi"]);
+    let psc = spec.security_context.unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.run_as_user, Some(65532));
+    assert_eq!(
+        psc.seccomp_profile.map(|s| s.type_),
+        Some("RuntimeDefault".to_string())
+    );
     assert_eq!(
         pod.metadata.labels.unwrap()[crate::api::PRE_PULL_LABEL],
         "gluesync"
