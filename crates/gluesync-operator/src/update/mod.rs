@@ -440,7 +440,7 @@ fn cancel_for_deletion(
             Some((UpdateStep::Resume, UpdateResult::Refused))
         }
         UpdateStep::CoreHub => {
-            let patched = rollout::start_core_rollback(u);
+            let patched = rollout::start_core_rollback(u, "update refused");
             Some(if patched {
                 (UpdateStep::CoreHubRollback, UpdateResult::Failed)
             } else {

@@ -164,9 +164,9 @@ fn ensure_image(c: &PlannedComponent, w: &Workload, image: &str, actions: &mut V
     }
 }
 
-/// Marks Core Hub and the agents for rollback: those whose image was changed go back, the others
-/// are left as they are. `true` when something must be rolled back.
-pub(super) fn start_core_rollback(u: &mut UpdateStatus) -> bool {
+/// Marks Core Hub and the agents for rollback: those whose image was changed go back, those not
+/// reached yet are skipped, saying `why`. `true` when something must be rolled back.
+pub(super) fn start_core_rollback(u: &mut UpdateStatus, why: &str) -> bool {
     let mut any = false;
     for c in u.components.iter_mut().filter(|c| is_core(c)) {
         match c.state {
@@ -175,7 +175,10 @@ pub(super) fn start_core_rollback(u: &mut UpdateStatus) -> bool {
                 c.stable = None;
                 any = true;
             }
-            ComponentState::Pending => c.state = ComponentState::Skipped,
+            ComponentState::Pending => {
+                c.state = ComponentState::Skipped;
+                c.message = Some(why.to_string());
+            }
             _ => {}
         }
     }
@@ -244,7 +247,7 @@ pub(super) fn core_hub(
             u.from.clone().unwrap_or_default()
         );
         d.event(true, crate::api::Reason::CoreHubFailed, message.clone());
-        start_core_rollback(u);
+        start_core_rollback(u, "not attempted: Core Hub failed");
         settle_outcome(
             u,
             UpdateResult::Failed,

@@ -869,6 +869,41 @@ fn deleting_the_platform_during_core_hub_puts_core_hub_back() {
     assert!(d.actions.contains(&Action::RemoveFinalizer));
 }
 
+/// Deleted after the status entered CoreHub but before Core Hub's image was written: nothing to put
+/// back, Core Hub is skipped (not left pending), the pipelines resume and the update is Refused.
+#[test]
+fn deleting_the_platform_before_core_hubs_image_is_written_skips_it() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a"], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    assert_eq!(planned(&g, "core-hub").state, ComponentState::Pending);
+    g.metadata.deletion_timestamp = Some(at(2));
+    let d = world.step(&mut g, 2);
+    assert!(reasons(&d.events).contains(&"UpdateCancelled"));
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::SetImage { .. })),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(update(&g).step.name(), Resume);
+    assert_eq!(planned(&g, "core-hub").state, ComponentState::Skipped);
+    world.until(&mut g, 3, Finish);
+    world.step(&mut g, 3);
+    assert!(world.hub.in_maintenance().is_empty());
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().result,
+        UpdateResult::Refused
+    );
+    // Said as not changed, not as "already at" its version.
+    let core_hub = result_of(&g, "core-hub");
+    assert_eq!(
+        (core_hub.status, core_hub.message.as_deref()),
+        (ComponentResultStatus::Skipped, Some("update refused"))
+    );
+    assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
+}
+
 #[test]
 fn a_deleted_platform_waits_for_core_hub_only_so_long() {
     let mut g = platform(serde_json::json!({"version": "2.3.2.1", "drainTimeoutSeconds": 10}));
