@@ -16,6 +16,16 @@ fn version_of(image: &str) -> Option<String> {
         .map(|t| t.split('-').next().unwrap_or(&t).to_string())
 }
 
+/// Why a component the update did not reach was left, by the update's result.
+pub(super) fn not_attempted(result: UpdateResult) -> String {
+    match result {
+        UpdateResult::Refused => "update refused",
+        UpdateResult::Failed => "not attempted: Core Hub failed",
+        _ => "not attempted",
+    }
+    .to_string()
+}
+
 pub(super) fn finish(
     gsp: &GluesyncPlatform,
     obs: &Observed,
@@ -109,14 +119,7 @@ pub(super) fn finish(
                         format!("already at {}", from.clone().unwrap_or_default())
                     })),
                 ),
-                _ => (
-                    ComponentResultStatus::Skipped,
-                    Some(match result {
-                        UpdateResult::Refused => "update refused".to_string(),
-                        UpdateResult::Failed => "not attempted: Core Hub failed".to_string(),
-                        _ => "not attempted".to_string(),
-                    }),
-                ),
+                _ => (ComponentResultStatus::Skipped, Some(not_attempted(result))),
             };
             ComponentResult {
                 name: c.name.clone(),

@@ -439,14 +439,12 @@ fn cancel_for_deletion(
             pipelines::drain_cancelled(gsp, obs, d);
             Some((UpdateStep::Resume, UpdateResult::Refused))
         }
-        UpdateStep::CoreHub => {
-            let patched = rollout::start_core_rollback(u, "update refused");
-            Some(if patched {
-                (UpdateStep::CoreHubRollback, UpdateResult::Failed)
-            } else {
-                (UpdateStep::Resume, UpdateResult::Refused)
-            })
-        }
+        UpdateStep::CoreHub => Some(
+            match rollout::start_core_rollback(u, UpdateResult::Refused) {
+                UpdateResult::Failed => (UpdateStep::CoreHubRollback, UpdateResult::Failed),
+                _ => (UpdateStep::Resume, UpdateResult::Refused),
+            },
+        ),
         UpdateStep::CoreHubRollback | UpdateStep::Resume | UpdateStep::Finish => None,
     };
     if let Some((next, result)) = next {

@@ -165,10 +165,17 @@ fn ensure_image(c: &PlannedComponent, w: &Workload, image: &str, actions: &mut V
 }
 
 /// Marks Core Hub and the agents for rollback: those whose image was changed go back, those not
-/// reached yet are skipped, saying `why`. `true` when something must be rolled back.
-pub(super) fn start_core_rollback(u: &mut UpdateStatus, why: &str) -> bool {
+/// reached yet are skipped (saying why, by the update's result). The result: Failed when something
+/// must be rolled back, else `otherwise`.
+pub(super) fn start_core_rollback(u: &mut UpdateStatus, otherwise: UpdateResult) -> UpdateResult {
     let mut any = false;
-    for c in u.components.iter_mut().filter(|c| is_core(c)) {
+    let mut skipped = vec![];
+    for (i, c) in u
+        .components
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, c)| is_core(c))
+    {
         match c.state {
             ComponentState::Patched | ComponentState::Updated => {
                 c.state = ComponentState::RollingBack;
@@ -177,12 +184,16 @@ pub(super) fn start_core_rollback(u: &mut UpdateStatus, why: &str) -> bool {
             }
             ComponentState::Pending => {
                 c.state = ComponentState::Skipped;
-                c.message = Some(why.to_string());
+                skipped.push(i);
             }
             _ => {}
         }
     }
-    any
+    let result = if any { UpdateResult::Failed } else { otherwise };
+    for i in skipped {
+        u.components[i].message = Some(super::finish::not_attempted(result));
+    }
+    result
 }
 
 pub(super) fn core_hub(
@@ -247,7 +258,7 @@ pub(super) fn core_hub(
             u.from.clone().unwrap_or_default()
         );
         d.event(true, crate::api::Reason::CoreHubFailed, message.clone());
-        start_core_rollback(u, "not attempted: Core Hub failed");
+        start_core_rollback(u, UpdateResult::Failed);
         settle_outcome(
             u,
             UpdateResult::Failed,
