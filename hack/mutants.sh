@@ -22,7 +22,9 @@
 # target directory there, so the dependencies are built once per cache. MUTANTS_OUT is where cargo-mutants
 # writes mutants.out (default: the cache); MUTANTS_JOBS its parallel builds (default 1: 2 cores).
 # In --diff mode at most MUTANTS_MAX (30) mutants run: a larger change runs one shard of them, chosen by
-# its commit, so that successive changes cover the others.
+# its commit, so that successive changes cover the others. MUTANTS_BUDGET (seconds, unset: none) bounds the
+# run's time, as CI's own time is bounded: the run stops when it is spent, the mutants tested by then are
+# judged as above, and the figures say how many were left untested.
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -96,11 +98,23 @@ if [ "$report_only" = 0 ]; then
     echo "mutants: another run holds $CARGO_TARGET_DIR (they share it); wait for it to end" >&2
     exit 1
   fi
-  cargo mutants --profile mutants --jobs "${MUTANTS_JOBS:-1}" --output "$out" "${args[@]}" || status=$?
+  budget=()
+  if [ -n "${MUTANTS_BUDGET:-}" ]; then
+    # SIGINT is cargo-mutants' own way to stop: it ends the mutant under test and keeps the outcomes so far.
+    budget=(timeout -s INT -k 120 "$MUTANTS_BUDGET")
+  fi
+  "${budget[@]}" cargo mutants --profile mutants --jobs "${MUTANTS_JOBS:-1}" --output "$out" "${args[@]}" \
+    || status=$?
 fi
-# 0: all caught; 2: some missed; 3: some timed out; anything else: cargo-mutants itself failed.
+# 0: all caught; 2: some missed; 3: some timed out; 124: stopped by MUTANTS_BUDGET; anything else:
+# cargo-mutants itself failed.
+stopped=0
 case "$status" in
   0 | 2 | 3) ;;
+  124)
+    stopped=1
+    echo "mutants: MUTANTS_BUDGET ($MUTANTS_BUDGET s) spent: the run stopped; judging the mutants it tested"
+    ;;
   *)
     echo "mutants: cargo-mutants failed ($status); see $out/mutants.out/debug.log" >&2
     exit "$status"
@@ -143,6 +157,10 @@ if [ -f "$out/mutants.out/missed.txt" ]; then
 fi
 
 viable=$((caught + timeout + missed))
+if [ "$stopped" = 1 ]; then
+  all="$(cargo mutants --list "${args[@]}" | wc -l)"
+  echo "mutants: $((viable + unviable)) of $all mutants tested before the budget ran out; the rest were not tested"
+fi
 percent() { awk -v c="$1" -v v="$2" 'BEGIN { if (v > 0) printf "%.1f", 100 * c / v; else printf "100.0" }'; }
 score="$(percent $((caught + timeout)) "$viable")"
 score_equiv="$(percent $((caught + timeout)) $((viable - equiv)))"
