@@ -3094,6 +3094,13 @@ fn a_rollback_that_does_not_come_up_is_an_error_in_the_attempt() {
     assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
     world.workloads[0].pods[0] = pod("core-hub", "molo17/gluesync-core-hub:2.3.2.1", false, 3);
     world.workloads[0].ready = false;
+    // A pod of the old revision is left to start: only a stuck pod of the failed one is deleted.
+    let d = world.step(&mut g, 5);
+    assert!(
+        !d.actions.iter().any(|a| matches!(a, Action::DeletePod(_))),
+        "{:?}",
+        d.actions
+    );
     let attempt = step_to_the_end(&mut g, &mut world, 700..800);
     assert_eq!(attempt.result, UpdateResult::Failed);
     let core = result_of(&g, "core-hub");
@@ -3104,6 +3111,53 @@ fn a_rollback_that_does_not_come_up_is_an_error_in_the_attempt() {
             .is_some_and(|m| m.contains("did not become ready either")),
         "{core:?}"
     );
+}
+
+/// Core Hub's rollback puts back only what the update changed: an agent already at the version, left on
+/// its image, is neither written nor counted as rolled back, and its entry says why it was left.
+#[test]
+fn core_hubs_rollback_leaves_an_agent_the_update_did_not_change() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2", "stabilityWindowSeconds": 10}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    let at_target = "molo17/gluesync-mssql-cdc:2.3.2.2";
+    world.workloads[1].image = at_target.into();
+    world.workloads[1].pods[0].image = at_target.into();
+    world.until(&mut g, 0, Drain);
+    assert_eq!(planned(&g, "agent-mssql").state, ComponentState::Skipped);
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 2);
+    let old = world.workloads[0].clone();
+    world.workloads[0].image = "molo17/gluesync-core-hub:2.3.2.2".into();
+    world.workloads[0].ready = false;
+    world.workloads[0].pods[0] = PodView {
+        waiting: Some(("CrashLoopBackOff".into(), "back-off".into())),
+        ..pod("core-hub", "molo17/gluesync-core-hub:2.3.2.2", false, 1)
+    };
+    world.step(&mut g, 3);
+    assert_eq!(update(&g).step.name(), CoreHubRollback);
+    let d = world.step(&mut g, 4);
+    assert!(
+        !d.actions
+            .iter()
+            .any(|a| matches!(a, Action::SetImage { name, .. } if name == "agent-mssql")),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(planned(&g, "agent-mssql").state, ComponentState::Skipped);
+    world.workloads[0] = old;
+    let attempt = step_to_the_end(&mut g, &mut world, 5..100);
+    assert_eq!(attempt.result, UpdateResult::Failed);
+    assert_eq!(
+        result_of(&g, "core-hub").status,
+        ComponentResultStatus::RolledBack
+    );
+    let agent = result_of(&g, "agent-mssql");
+    assert_eq!(
+        (agent.status, agent.message.as_deref()),
+        (ComponentResultStatus::Skipped, Some("already at 2.3.2.2"))
+    );
+    assert_eq!(world.workloads[1].image, at_target);
+    assert!(world.hub.in_maintenance().is_empty());
 }
 
 /// A catalog answer is taken into the status only when it answers the check now due: one that answers a
