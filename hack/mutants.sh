@@ -37,12 +37,6 @@ min_score="${MUTANTS_MIN_SCORE:-95}"
 max="${MUTANTS_MAX:-30}"
 equivalent=".cargo/mutants-equivalent.tsv"
 
-export PATH="$tools/bin:$PATH"
-if ! cargo mutants --version 2>/dev/null | grep -qx "cargo-mutants $version"; then
-  echo "mutants: installing cargo-mutants $version into $tools (once)" >&2
-  cargo install -q --locked --version "$version" --root "$tools" cargo-mutants
-fi
-
 # The engine's files, and what is not the engine (its tests, their fixtures, the model checker and its
 # deliberate bugs, which are the tests).
 engine=(crates/gluesync-operator/src/update/*.rs crates/gluesync-operator/src/api/mod.rs)
@@ -70,6 +64,13 @@ elif [ "$#" -gt 0 ]; then
 else
   files=("${engine[@]}")
 fi
+# Installed once a run has something to mutate (a change that touches no engine code costs nothing).
+export PATH="$tools/bin:$PATH"
+if ! cargo mutants --version 2>/dev/null | grep -qx "cargo-mutants $version"; then
+  echo "mutants: installing cargo-mutants $version into $tools (once)" >&2
+  cargo install -q --locked --version "$version" --root "$tools" cargo-mutants
+fi
+
 for f in "${files[@]}"; do args+=(-f "$f"); done
 for f in "${not_engine[@]}"; do args+=(-e "$f"); done
 
