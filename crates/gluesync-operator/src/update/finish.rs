@@ -1,6 +1,9 @@
 //! The end of an update: `status.lastAttempt`, `status.history`, the phase and the closing event.
 
-use super::{Decision, HISTORY_LIMIT, Observed, rollout::is_core};
+use super::{
+    Decision, HISTORY_LIMIT, Observed,
+    rollout::{is_core, not_attempted},
+};
 use crate::{
     api::version::ImageRef,
     api::{
@@ -14,16 +17,6 @@ fn version_of(image: &str) -> Option<String> {
     ImageRef::parse(image)
         .tag
         .map(|t| t.split('-').next().unwrap_or(&t).to_string())
-}
-
-/// Why a component the update did not reach was left, by the update's result.
-pub(super) fn not_attempted(result: UpdateResult) -> String {
-    match result {
-        UpdateResult::Refused => "update refused",
-        UpdateResult::Failed => "not attempted: Core Hub failed",
-        _ => "not attempted",
-    }
-    .to_string()
 }
 
 pub(super) fn finish(

@@ -25,6 +25,16 @@ const FAIL_FAST: [&str; 5] = [
     "CreateContainerConfigError",
 ];
 
+/// Why a component the update did not reach was left, by the update's result.
+pub(super) fn not_attempted(result: UpdateResult) -> String {
+    match result {
+        UpdateResult::Refused => "update refused",
+        UpdateResult::Failed => "not attempted: Core Hub failed",
+        _ => "not attempted",
+    }
+    .to_string()
+}
+
 pub(super) fn is_core(c: &PlannedComponent) -> bool {
     matches!(
         c.component_type,
@@ -191,7 +201,7 @@ pub(super) fn start_core_rollback(u: &mut UpdateStatus, otherwise: UpdateResult)
     }
     let result = if any { UpdateResult::Failed } else { otherwise };
     for i in skipped {
-        u.components[i].message = Some(super::finish::not_attempted(result));
+        u.components[i].message = Some(not_attempted(result));
     }
     result
 }

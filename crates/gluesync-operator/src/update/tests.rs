@@ -3369,3 +3369,86 @@ fn the_preview_says_the_pull_and_the_approval_it_would_wait_for() {
         Vec::<String>::new()
     );
 }
+
+/// A module whose new image never comes up is rolled back once `stabilityTimeoutSeconds` have passed
+/// since it was patched (the time its entry keeps), neither sooner nor later however often GKO looks.
+#[test]
+fn a_module_that_never_comes_up_is_rolled_back_at_its_timeout() {
+    let (mut g, mut world) = drained_start(
+        Hub::new(&[], &[]),
+        serde_json::json!({"stabilityTimeoutSeconds": 60}),
+    );
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 2);
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    world.step(&mut g, 3);
+    world.until(&mut g, 25, Modules);
+    // chronos is patched; its pods stay on the old image.
+    world.step(&mut g, 30);
+    let chronos = planned(&g, "chronos");
+    assert_eq!(chronos.state, ComponentState::Patched);
+    let patched_at = chronos.patched_at.clone().expect("the time it was patched");
+    let patched = patched_at.0.as_second() - at(0).0.as_second();
+    assert!((25..=30).contains(&patched), "patched at {patched}");
+    for now in [35, 50, patched + 59] {
+        world.step(&mut g, now);
+        let chronos = planned(&g, "chronos");
+        assert_eq!(chronos.state, ComponentState::Patched, "at {now}");
+        assert_eq!(
+            chronos.patched_at.as_ref(),
+            Some(&patched_at),
+            "the time it was patched is kept"
+        );
+    }
+    world.step(&mut g, patched + 61);
+    let chronos = planned(&g, "chronos");
+    assert_eq!(chronos.state, ComponentState::RollingBack);
+    assert!(
+        chronos.message.as_deref().is_some_and(|m| m.contains("60")),
+        "{:?}",
+        chronos.message
+    );
+}
+
+/// The wait for a window says its start in UTC and, when every window is in the same time zone other
+/// than UTC, in that zone's own time too (the time a user wrote the window in).
+#[test]
+fn a_window_wait_says_the_start_in_the_windows_own_time_zone() {
+    let message = |windows: serde_json::Value| {
+        let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
+        let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+        world.step(&mut g, 0);
+        g.spec.version = "2.3.2.2".into();
+        g.spec.maintenance_windows = serde_json::from_value(windows).unwrap();
+        g.metadata.generation = Some(3);
+        world.step(&mut g, 10);
+        assert!(status(&g).update.is_none(), "no update starts");
+        status(&g).message.clone().unwrap()
+    };
+    // 10:00 in Rome is 09:00 UTC in January; 2027-01-15 is a Friday.
+    let rome = message(serde_json::json!([
+        {"start": "10:00", "durationMinutes": 60, "timeZone": "Europe/Rome"}
+    ]));
+    assert!(
+        rome.contains(
+            "waits for the maintenance window at 2027-01-15 09:00 UTC (Fri 10:00 Europe/Rome)"
+        ),
+        "{rome}"
+    );
+    let utc = message(nine_to_ten());
+    assert!(
+        utc.contains("waits for the maintenance window at 2027-01-15 09:00 UTC")
+            && !utc.contains("(Fri"),
+        "no second time for UTC: {utc}"
+    );
+    // Windows in two zones: no one local time says it.
+    let two = message(serde_json::json!([
+        {"start": "10:00", "durationMinutes": 60, "timeZone": "Europe/Rome"},
+        {"start": "04:00", "durationMinutes": 60, "timeZone": "America/New_York"}
+    ]));
+    assert!(
+        two.contains("waits for the maintenance window at 2027-01-15 09:00 UTC")
+            && !two.contains("(Fri"),
+        "{two}"
+    );
+}
