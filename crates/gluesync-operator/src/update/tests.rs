@@ -2097,6 +2097,11 @@ fn a_manual_update_waits_with_nothing_paused_until_approved() {
     approve(&mut g, &id);
     let events = world.until(&mut g, 32, Drain);
     assert!(reasons(&events).contains(&"UpdateApproved"), "{events:?}");
+    assert_eq!(
+        status(&g).message.as_deref(),
+        Some("putting running pipelines into maintenance mode"),
+        "the status written as the drain begins says so"
+    );
     world.step(&mut g, 32);
     world.step(&mut g, 32);
     assert_eq!(status(&g).paused_pipelines, ["a", "b"]);
@@ -2129,6 +2134,35 @@ fn an_approval_that_does_not_come_refuses_the_update_with_nothing_changed() {
     assert_eq!(s.history.len(), 1);
     assert!(world.hub.enters.is_empty());
     assert_eq!(world.workloads[0].image, "molo17/gluesync-core-hub:2.3.2.1");
+}
+
+/// The approval's deadline is its minutes after the wait began: two minutes are 120 s, not 62.
+#[test]
+fn the_approval_timeout_counts_minutes_from_the_start_of_the_wait() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2", "approval": "manual", "approvalTimeoutMinutes": 2,
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Waiting);
+    assert_eq!(update(&g).step.deadline(), Some(&at(120)));
+    let d = world.step(&mut g, 100);
+    assert_eq!(update(&g).step.name(), Waiting, "still within its minutes");
+    assert!(
+        d.requeue
+            .is_some_and(|r| r.as_secs() >= 19 && r.as_secs() <= 21),
+        "GKO looks again at the deadline: {:?}",
+        d.requeue
+    );
+    world.until(&mut g, 120, Finish);
+    world.step(&mut g, 120);
+    let a = status(&g).last_attempt.clone().unwrap();
+    assert_eq!(a.result, UpdateResult::Refused);
+    assert!(
+        a.message.contains("not approved within 2 minutes"),
+        "{}",
+        a.message
+    );
+    assert!(world.hub.enters.is_empty());
 }
 
 #[test]
@@ -2224,9 +2258,36 @@ fn outside_every_window_the_update_does_not_start_and_says_when_it_will() {
             .unwrap()
             .contains("waits for the maintenance window at 2027-01-15 09:00 UTC")
     );
+    assert!(
+        !status(&g)
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("needs about"),
+        "no past update: no paused time to fit"
+    );
     // No second event while nothing changes.
     let d = world.step(&mut g, 20);
     assert!(d.events.is_empty(), "{:?}", d.events);
+    // Another version asked for while it waits, the same window: a new wait, said with its own event.
+    g.spec.version = "2.3.2.3".into();
+    g.metadata.generation = Some(4);
+    let d = world.step(&mut g, 30);
+    assert_eq!(status(&g).next_window, Some(at(3600)), "the same window");
+    let said: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.reason.as_str() == "WaitingForMaintenanceWindow")
+        .map(|e| e.message.clone())
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("the update to Core Hub 2.3.2.3 waits"),
+        "{:?}",
+        d.events
+    );
+    g.spec.version = "2.3.2.2".into();
+    g.metadata.generation = Some(5);
+    world.step(&mut g, 40);
     // The window opens: the update starts, and the window's closing does not stop its drain.
     g.spec.drain_timeout_seconds = 7200;
     world.hub.enter_delay = 3650;
