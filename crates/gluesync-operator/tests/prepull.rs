@@ -139,7 +139,15 @@ async fn an_image_that_cannot_be_pulled_refuses_the_update_with_nothing_paused()
     // A stability timeout far longer than the test's patience: the refusal comes from the pull.
     install_with_simulator(&ns, &sim, json!({"stabilityTimeoutSeconds": 3600}))?;
     let _gko = Operator::start(&ns);
-    let before = wait_settled(&ns).await?;
+    // Settled once the catalog has been read: it offers 2.3.2.2, so the phase is UpdateAvailable (GKO
+    // writes Current first, before its first catalog check answers).
+    wait_settled(&ns).await?;
+    let before = wait_for_platform(&ns, "phase UpdateAvailable", |g| {
+        g.status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
+    })
+    .await?;
     let phase = before.status.as_ref().and_then(|s| s.phase);
     patch_spec(&ns, json!({"version": "2.3.2.2-unpullable"})).await?;
     let g = wait_finished(&ns, 2).await?;
