@@ -2225,17 +2225,25 @@ fn nine_to_ten() -> serde_json::Value {
     serde_json::json!([{"start": "09:00", "durationMinutes": 60}])
 }
 
-#[test]
-fn outside_every_window_the_update_does_not_start_and_says_when_it_will() {
+/// An idle platform on 2.3.2.1 (one running pipeline) asked at second 10 for 2.3.2.2 within `windows`,
+/// outside all of them: it waits, no update starts. Returns the platform, its world, the phase it had
+/// before the ask, and the decision of second 10.
+fn waiting_for(windows: serde_json::Value) -> (GluesyncPlatform, World, Option<Phase>, Decision) {
     let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
     let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
     world.step(&mut g, 0);
     let phase = status(&g).phase;
     g.spec.version = "2.3.2.2".into();
-    g.spec.maintenance_windows = serde_json::from_value(nine_to_ten()).unwrap();
+    g.spec.maintenance_windows = serde_json::from_value(windows).unwrap();
     g.metadata.generation = Some(3);
     let d = world.step(&mut g, 10);
     assert!(status(&g).update.is_none(), "no update starts");
+    (g, world, phase, d)
+}
+
+#[test]
+fn outside_every_window_the_update_does_not_start_and_says_when_it_will() {
+    let (mut g, mut world, phase, d) = waiting_for(nine_to_ten());
     assert_eq!(status(&g).phase, phase, "the phase stays");
     assert_eq!(status(&g).next_window, Some(at(3600)));
     let r = condition(&g, "Reconciling");
@@ -3475,17 +3483,7 @@ fn a_module_that_never_comes_up_is_rolled_back_at_its_timeout() {
 /// than UTC, in that zone's own time too (the time a user wrote the window in).
 #[test]
 fn a_window_wait_says_the_start_in_the_windows_own_time_zone() {
-    let message = |windows: serde_json::Value| {
-        let mut g = platform(serde_json::json!({"version": "2.3.2.1"}));
-        let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
-        world.step(&mut g, 0);
-        g.spec.version = "2.3.2.2".into();
-        g.spec.maintenance_windows = serde_json::from_value(windows).unwrap();
-        g.metadata.generation = Some(3);
-        world.step(&mut g, 10);
-        assert!(status(&g).update.is_none(), "no update starts");
-        status(&g).message.clone().unwrap()
-    };
+    let message = |windows| status(&waiting_for(windows).0).message.clone().unwrap();
     // 10:00 in Rome is 09:00 UTC in January; 2027-01-15 is a Friday.
     let rome = message(serde_json::json!([
         {"start": "10:00", "durationMinutes": 60, "timeZone": "Europe/Rome"}
