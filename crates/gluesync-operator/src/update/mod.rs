@@ -301,7 +301,6 @@ fn enter(gsp: &GluesyncPlatform, u: &mut UpdateStatus, next: UpdateStep, now: &T
     u.step = step(gsp, next, now);
 }
 
-/// Sets the outcome the update will end with, unless one is already known.
 /// Ends the update Refused with `why` (Preflight's and the pre-pull's refusals).
 fn refuse(
     gsp: &GluesyncPlatform,
@@ -315,6 +314,7 @@ fn refuse(
     move_to(gsp, u, UpdateStep::Finish, now, d);
 }
 
+/// Sets the outcome the update will end with, unless one is already known.
 fn settle_outcome(u: &mut UpdateStatus, result: UpdateResult, message: String) {
     if u.outcome.is_none() {
         u.outcome = Some(Outcome { result, message });

@@ -127,6 +127,14 @@ pub(crate) fn ready_alone(status: &crate::api::GluesyncPlatformStatus) -> bool {
     mutated(Mutant::ReadyAlone) && !status.history.is_empty()
 }
 
+/// [`Mutant::DropFromLedger`]'s own change, kept here with the deliberate bugs (not mutated: they are the
+/// tests): the ledger forgets its first pipeline.
+pub(crate) fn drop_from_ledger(ledger: &mut crate::api::PipelineList) {
+    if mutated(Mutant::DropFromLedger) && !ledger.is_empty() {
+        ledger.make_mut().remove(0);
+    }
+}
+
 /// Is this deliberate bug on? Never without the feature `test-hooks`.
 #[allow(unused_variables)]
 #[inline]

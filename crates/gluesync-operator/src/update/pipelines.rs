@@ -187,9 +187,7 @@ pub(super) fn drain(
     if drained {
         // Asked once: nothing is asked in after Drain, so the record goes with the step (and its spilled
         // shards with it).
-        if mutated(Mutant::DropFromLedger) && !d.status.paused_pipelines.is_empty() {
-            d.status.paused_pipelines.make_mut().remove(0);
-        }
+        super::mutants::drop_from_ledger(&mut d.status.paused_pipelines);
         d.status.message = Some(format!(
             "{} pipelines in maintenance mode; changing the Core Hub image",
             d.status.paused_pipelines.len()

@@ -499,6 +499,50 @@ fn a_gko_taking_over_during_drain_asks_no_pipeline_a_second_time() {
     each_asked_once(&mut g, &mut world);
 }
 
+/// In Resume, a listing counts as telling that a pipeline of the ledger runs only when it was taken after
+/// Resume began or after GKO's own exit request for it: one taken at the very instant Resume began, with
+/// no exit request accepted yet (the one that follows may fail), releases nothing, and the pipeline is
+/// asked out.
+#[test]
+fn a_listing_from_the_instant_resume_began_releases_nothing_not_asked_out() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a"], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 1);
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    world.step(&mut g, 2);
+    world.until(&mut g, 13, Resume);
+    let since = update(&g).step.since().clone();
+    assert_eq!(status(&g).paused_pipelines, ["a"]);
+    assert_eq!(world.hub.exits.len(), 0, "{:?}", world.hub.exits);
+    world.hub.report.exits = Default::default();
+    world.hub.report.listing = Some(Listing {
+        at: since.clone(),
+        result: Ok(std::sync::Arc::new(vec![Pipeline {
+            id: "a".into(),
+            is_in_maintenance_mode: false,
+        }])),
+    });
+    let d = world.decide(&g, &since);
+    assert_eq!(d.status.paused_pipelines, ["a"], "still owed");
+    assert!(
+        d.status
+            .update
+            .as_ref()
+            .unwrap()
+            .resumed_pipelines
+            .is_empty()
+    );
+    assert_eq!(
+        d.corehub.map(|w| w.exit.to_vec()),
+        Some(vec![PipelineId::from("a")]),
+        "asked out"
+    );
+    // Nor does a listing fetched at the very instant Core Hub accepted the exit request: it is not after it.
+    world.hub.report.exits.insert("a".into(), since.clone());
+    let d = world.decide(&g, &since);
+    assert_eq!(d.status.paused_pipelines, ["a"], "still owed");
+}
+
 /// A GKO taking over during Resume lists before it asks: the pipelines the GKO before it took out of
 /// maintenance mode are running and are not asked out a second time; one still in maintenance mode
 /// (its request not sent yet) is asked out, once.
@@ -772,6 +816,32 @@ fn deleting_the_platform_during_drain_resumes_and_lets_it_go() {
     assert!(
         d.actions.contains(&Action::RemoveFinalizer),
         "{:?}",
+        d.actions
+    );
+}
+
+/// Deleted in Drain before any pipeline was asked in (Core Hub never answered the listing): no request
+/// can land late, so nothing is watched for and the platform goes as soon as the update has ended.
+#[test]
+fn deleting_the_platform_before_anything_was_asked_lets_it_go_at_once() {
+    let mut hub = Hub::new(&["a", "b"], &[]);
+    hub.down = true;
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({}));
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(update(&g).step.name(), Drain);
+    assert!(status(&g).paused_pipelines.is_empty(), "nothing recorded");
+    assert!(world.hub.enters.is_empty(), "nothing asked");
+    g.metadata.deletion_timestamp = Some(at(2));
+    let events = world.until(&mut g, 2, Finish);
+    assert!(reasons(&events).contains(&"UpdateCancelled"), "{events:?}");
+    assert_eq!(status(&g).late_maintenance, None, "no request to watch for");
+    world.step(&mut g, 2);
+    assert!(status(&g).update.is_none(), "the update has ended");
+    let d = world.step(&mut g, 3);
+    assert!(
+        d.actions.contains(&Action::RemoveFinalizer),
+        "it goes at once, not after a watch: {:?}",
         d.actions
     );
 }
