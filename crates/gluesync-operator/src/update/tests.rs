@@ -545,49 +545,85 @@ fn a_listing_from_the_instant_resume_began_releases_nothing_not_asked_out() {
 
 /// A GKO taking over during Resume lists before it asks: the pipelines the GKO before it took out of
 /// maintenance mode are running and are not asked out a second time; one still in maintenance mode
-/// (its request not sent yet) is asked out, once.
+/// (its request not sent yet) is asked out, once. Its worker knows nothing of this update: it is new, or
+/// it worked for an earlier update (when this GKO led before), whose pipelines it asked in.
 #[test]
 fn a_gko_taking_over_during_resume_asks_each_pipeline_out_once() {
-    let (mut g, mut world) = drained_start(Hub::new(&["a", "b", "c"], &[]), serde_json::json!({}));
-    world.until(&mut g, 1, CoreHub);
-    world.step(&mut g, 1);
+    let earlier = Report {
+        epoch: "update/1/1700000000".into(),
+        entered: 3,
+        ..Default::default()
+    };
+    for worker in [Report::default(), earlier] {
+        let (mut g, mut world) =
+            drained_start(Hub::new(&["a", "b", "c"], &[]), serde_json::json!({}));
+        world.until(&mut g, 1, CoreHub);
+        world.step(&mut g, 1);
+        world.roll_out(&g, &["core-hub", "agent-mssql"]);
+        world.step(&mut g, 2);
+        world.until(&mut g, 13, Resume);
+        assert_eq!(world.hub.exits.len(), 0, "{:?}", world.hub.exits);
+        // The first GKO asks them out; Core Hub applies a and b, and c's request is lost with the GKO.
+        let d = world.step(&mut g, 13);
+        assert_eq!(d.corehub.as_ref().unwrap().exit.len(), 3);
+        world.hub.pipelines.insert("c".into(), true);
+        world.hub.exits.remove("c");
+        // A new GKO: the status still owes all three.
+        let owed: Vec<PipelineId> = vec!["a".into(), "b".into(), "c".into()];
+        g.status.as_mut().unwrap().paused_pipelines = owed.into();
+        world.hub.report = worker.clone();
+        world.hub.entered.clear();
+        let d = world.step(&mut g, 14);
+        assert!(
+            d.corehub.as_ref().unwrap().exit.is_empty(),
+            "asked out before it listed ({worker:?}): {:?}",
+            d.corehub
+        );
+        for t in 14..100 {
+            if update_step(&g) == Some(Modules) {
+                world.roll_out(&g, &["chronos"]);
+            }
+            world.step(&mut g, t);
+            if status(&g).update.is_none() {
+                break;
+            }
+        }
+        assert!(status(&g).update.is_none(), "the update did not end");
+        assert_eq!(
+            world.hub.exits,
+            [("a".into(), 1), ("b".into(), 1), ("c".into(), 1)].into(),
+            "each pipeline asked out once ({worker:?})"
+        );
+        assert!(world.hub.in_maintenance().is_empty());
+        assert!(status(&g).paused_pipelines.is_empty());
+    }
+}
+
+/// An update with no running pipeline pauses and resumes none, and says nothing of resuming.
+#[test]
+fn an_update_with_no_running_pipeline_says_none_resumed() {
+    let (mut g, mut world) = drained_start(Hub::new(&[], &["user-paused"]), serde_json::json!({}));
+    let mut events = world.until(&mut g, 1, CoreHub);
+    events.extend(world.step(&mut g, 1).events);
     world.roll_out(&g, &["core-hub", "agent-mssql"]);
-    world.step(&mut g, 2);
-    world.until(&mut g, 13, Resume);
-    assert_eq!(world.hub.exits.len(), 0, "{:?}", world.hub.exits);
-    // The first GKO asks them out; Core Hub applies a and b, and c's request is lost with the GKO.
-    let d = world.step(&mut g, 13);
-    assert_eq!(d.corehub.as_ref().unwrap().exit.len(), 3);
-    world.hub.pipelines.insert("c".into(), true);
-    world.hub.exits.remove("c");
-    // A new GKO: its worker knows nothing of this update; the status still owes all three.
-    let owed: Vec<PipelineId> = vec!["a".into(), "b".into(), "c".into()];
-    g.status.as_mut().unwrap().paused_pipelines = owed.into();
-    world.hub.report = Report::default();
-    world.hub.entered.clear();
-    let d = world.step(&mut g, 14);
-    assert!(
-        d.corehub.as_ref().unwrap().exit.is_empty(),
-        "asked out before it listed: {:?}",
-        d.corehub
-    );
-    for t in 14..100 {
+    for t in 2..100 {
         if update_step(&g) == Some(Modules) {
             world.roll_out(&g, &["chronos"]);
         }
-        world.step(&mut g, t);
+        events.extend(world.step(&mut g, t).events);
         if status(&g).update.is_none() {
             break;
         }
     }
     assert!(status(&g).update.is_none(), "the update did not end");
-    assert_eq!(
-        world.hub.exits,
-        [("a".into(), 1), ("b".into(), 1), ("c".into(), 1)].into(),
-        "each pipeline asked out once"
+    let reasons = reasons(&events);
+    assert!(reasons.contains(&"UpdateSucceeded"), "{reasons:?}");
+    assert!(
+        !reasons.contains(&"PipelinesResumed") && !reasons.contains(&"PipelinesPaused"),
+        "{reasons:?}"
     );
-    assert!(world.hub.in_maintenance().is_empty());
-    assert!(status(&g).paused_pipelines.is_empty());
+    assert!(world.hub.enters.is_empty() && world.hub.exits.is_empty());
+    assert_eq!(world.hub.in_maintenance(), ["user-paused"]);
 }
 
 #[test]
