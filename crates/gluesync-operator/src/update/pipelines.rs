@@ -319,7 +319,8 @@ fn drain_timeout(
 /// What of the ledger Core Hub has resumed: asked out this epoch, and listed running (or not listed at
 /// all) by a list fetched after the request was sent. Late arrivals go back into the ledger.
 /// `drained_before`: the update's drain saw every ledger pipeline outside `lateMaintenance` in
-/// maintenance mode, and its Resume began then; a listing taken after that which shows one out of
+/// maintenance mode, and its Resume began then (after a drain timeout or a deletion too: what the drain
+/// did not see in maintenance mode is watched as late); a listing taken after that which shows one out of
 /// maintenance mode releases it, whoever asked it out (a GKO that stopped mid-Resume, or the user), so
 /// a GKO taking over does not ask it out a second time.
 fn settle_ledger(
@@ -407,10 +408,10 @@ pub(super) fn resume(
     } else {
         UpdateStep::Modules
     };
-    // Past CoreHub, the drain saw every ledger pipeline in maintenance mode (but the late ones).
-    let drained = u.steps.iter().any(|s| s.step == UpdateStep::CoreHub);
+    // Every ledger pipeline the drain did not see in maintenance mode is watched as late (a drain that
+    // ended, timed out or was cancelled alike), so any other was in maintenance mode when Resume began.
     let since = u.step.since().clone();
-    let released = settle_ledger(obs, &epoch, d, drained.then_some(&since));
+    let released = settle_ledger(obs, &epoch, d, Some(&since));
     u.resumed_pipelines.extend(released);
     let owed = &d.status.paused_pipelines;
     if owed.is_empty() {
@@ -454,7 +455,7 @@ pub(super) fn resume(
     // before it asks: the pipelines the GKO before it took out are running, and are asked once.
     let took_over = obs.corehub.epoch != epoch || obs.corehub.entered == 0;
     let listed = listing(obs, &epoch, Some(&since)).is_some();
-    let exit = if drained && took_over && !listed {
+    let exit = if took_over && !listed {
         PipelineList::new()
     } else {
         owed.clone()
@@ -524,11 +525,12 @@ pub(super) fn ledger(
         owed.len(),
         sample(&owed)
     );
+    // Said already: the conditions below carry the reason (only they do, all three together).
     let already = gsp
         .status
         .iter()
         .flat_map(|s| s.conditions.iter())
-        .any(|c| c.type_ == RECONCILING && c.reason == NOT_RESUMED.as_str());
+        .any(|c| c.reason == NOT_RESUMED.as_str());
     if !already {
         d.event(true, NOT_RESUMED, message.clone());
     }

@@ -599,6 +599,64 @@ fn a_gko_taking_over_during_resume_asks_each_pipeline_out_once() {
     }
 }
 
+/// After a drain timeout too, a GKO taking over in Resume lists before it asks: a pipeline the drain saw
+/// in maintenance mode and the GKO before it took out is not asked out again; one the drain never saw
+/// there (watched as late: its request may still land) is asked out by the new GKO as well.
+#[test]
+fn a_gko_taking_over_in_resume_after_a_drain_timeout_asks_again_only_the_late_ones() {
+    let mut hub = Hub::new(&["a", "b"], &[]);
+    hub.enter_delay = 100;
+    let (mut g, mut world) = drained_start(hub, serde_json::json!({"drainTimeoutSeconds": 5}));
+    world.step(&mut g, 1);
+    world.step(&mut g, 1);
+    assert_eq!(world.hub.enters.len(), 2, "both asked in");
+    // a's request lands at once, and a listing shows it; b's is still on its way at the timeout.
+    world.hub.pending.retain(|(id, ..)| id.as_str() != "a");
+    world.hub.pipelines.insert("a".into(), true);
+    world.step(&mut g, 2);
+    assert_eq!(
+        update(&g).step.name(),
+        Drain,
+        "b is not in maintenance mode"
+    );
+    let events = world.until(&mut g, 6, Resume);
+    assert!(reasons(&events).contains(&"DrainTimeout"), "{events:?}");
+    assert_eq!(
+        status(&g)
+            .late_maintenance
+            .as_ref()
+            .map(|l| l.pipelines.to_vec()),
+        Some(vec![PipelineId::from("b")])
+    );
+    // The first GKO asks both out and stops.
+    let d = world.step(&mut g, 6);
+    assert_eq!(d.corehub.as_ref().unwrap().exit.len(), 2);
+    assert!(world.hub.in_maintenance().is_empty());
+    let owed: Vec<PipelineId> = vec!["a".into(), "b".into()];
+    g.status.as_mut().unwrap().paused_pipelines = owed.into();
+    world.hub.report = Report::default();
+    world.hub.entered.clear();
+    let d = world.step(&mut g, 7);
+    assert!(
+        d.corehub.as_ref().unwrap().exit.is_empty(),
+        "asked out before it listed: {:?}",
+        d.corehub
+    );
+    for t in 7..100 {
+        world.step(&mut g, t);
+        if status(&g).update.is_none() {
+            break;
+        }
+    }
+    assert!(status(&g).update.is_none(), "the update did not end");
+    assert_eq!(
+        world.hub.exits,
+        [("a".into(), 1), ("b".into(), 2)].into(),
+        "a once; b, watched as late, by each GKO"
+    );
+    assert!(world.hub.in_maintenance().is_empty());
+}
+
 /// An update with no running pipeline pauses and resumes none, and says nothing of resuming.
 #[test]
 fn an_update_with_no_running_pipeline_says_none_resumed() {
@@ -691,6 +749,22 @@ fn a_late_maintenance_request_after_a_drain_timeout_is_resumed() {
         UpdateResult::Refused
     );
     assert!(status(&g).paused_pipelines.is_empty());
+    // Only watched, none owed: nothing is said to be left in maintenance mode.
+    let d = world.step(&mut g, 7);
+    assert!(
+        !reasons(&d.events).contains(&"PipelinesNotResumed"),
+        "{:?}",
+        d.events
+    );
+    assert!(
+        !status(&g)
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("not resumed yet"),
+        "{:?}",
+        status(&g).message
+    );
     // The enters land at 9 s: GKO sees them and resumes them again.
     for now in 9..12 {
         world.step(&mut g, now);
@@ -742,11 +816,16 @@ fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
     // Past Resume's deadline the update goes on; the modules roll; the result says what is left.
     let events = world.until(&mut g, 43, Modules);
     assert!(reasons(&events).contains(&"PipelinesNotResumed"));
-    world.step(&mut g, 60);
+    // The update says it once; the rest of it is the update's, not the words between updates.
+    let mut events = world.step(&mut g, 60).events;
     world.roll_out(&g, &["chronos"]);
-    world.step(&mut g, 60);
-    world.until(&mut g, 71, Finish);
-    world.step(&mut g, 71);
+    events.extend(world.step(&mut g, 60).events);
+    events.extend(world.until(&mut g, 71, Finish));
+    events.extend(world.step(&mut g, 71).events);
+    assert!(
+        !reasons(&events).contains(&"PipelinesNotResumed"),
+        "{events:?}"
+    );
     let s = status(&g);
     assert_eq!(
         s.last_attempt.as_ref().unwrap().result,
@@ -764,9 +843,17 @@ fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
     let whole = s.history[0].finished_at.0.as_second()
         - s.history[0].started_at.as_ref().unwrap().0.as_second();
     assert!(steps.iter().map(|t| t.seconds).sum::<i64>() <= whole);
-    // Between updates, GKO keeps at it, and says so.
+    // Between updates, GKO keeps at it, and says so: a Warning when it begins, not at every look.
     let d = world.step(&mut g, 72);
     assert!(d.corehub.as_ref().is_some_and(|w| w.exit.len() == 2));
+    let warned = |d: &Decision| {
+        d.events
+            .iter()
+            .filter(|e| e.warning && e.reason == "PipelinesNotResumed")
+            .count()
+    };
+    assert_eq!(warned(&d), 1, "{:?}", d.events);
+    assert_eq!(warned(&world.step(&mut g, 72)), 0, "said once");
     assert!(!d.actions.contains(&Action::RemoveFinalizer));
     let ready = status(&g)
         .conditions
