@@ -1555,6 +1555,11 @@ fn gko_updates_itself_after_the_update_and_the_new_gko_reports() {
     assert_eq!(reasons(&d.events), vec!["OperatorRestarting"]);
     assert_eq!(gko_workload(&world).image, GKO_NEW);
     assert_eq!(
+        d.requeue,
+        Some(std::time::Duration::from_millis(60_010)),
+        "it looks again when the stability timeout (60 s) has passed"
+    );
+    assert_eq!(
         gko_workload(&world).self_update_mark.as_deref(),
         Some("RollingOut")
     );
