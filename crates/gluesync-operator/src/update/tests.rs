@@ -568,27 +568,8 @@ fn a_gko_taking_over_during_resume_asks_each_pipeline_out_once() {
         assert_eq!(d.corehub.as_ref().unwrap().exit.len(), 3);
         world.hub.pipelines.insert("c".into(), true);
         world.hub.exits.remove("c");
-        // A new GKO: the status still owes all three.
-        let owed: Vec<PipelineId> = vec!["a".into(), "b".into(), "c".into()];
-        g.status.as_mut().unwrap().paused_pipelines = owed.into();
-        world.hub.report = worker.clone();
-        world.hub.entered.clear();
-        let d = world.step(&mut g, 14);
-        assert!(
-            d.corehub.as_ref().unwrap().exit.is_empty(),
-            "asked out before it listed ({worker:?}): {:?}",
-            d.corehub
-        );
-        for t in 14..100 {
-            if update_step(&g) == Some(Modules) {
-                world.roll_out(&g, &["chronos"]);
-            }
-            world.step(&mut g, t);
-            if status(&g).update.is_none() {
-                break;
-            }
-        }
-        assert!(status(&g).update.is_none(), "the update did not end");
+        take_over_in_resume(&mut g, &mut world, &["a", "b", "c"], worker.clone(), 14);
+        to_the_end(&mut g, &mut world, 14..100, true);
         assert_eq!(
             world.hub.exits,
             [("a".into(), 1), ("b".into(), 1), ("c".into(), 1)].into(),
@@ -597,6 +578,27 @@ fn a_gko_taking_over_during_resume_asks_each_pipeline_out_once() {
         assert!(world.hub.in_maintenance().is_empty());
         assert!(status(&g).paused_pipelines.is_empty());
     }
+}
+
+/// A new GKO takes over in Resume at second `now`: the status owes `owed`, its worker's report is
+/// `worker`; its first decision asks nothing out before it has listed.
+fn take_over_in_resume(
+    g: &mut GluesyncPlatform,
+    world: &mut World,
+    owed: &[&str],
+    worker: Report,
+    now: i64,
+) {
+    let owed: Vec<PipelineId> = owed.iter().map(|&id| id.into()).collect();
+    g.status.as_mut().unwrap().paused_pipelines = owed.into();
+    world.hub.report = worker;
+    world.hub.entered.clear();
+    let d = world.step(g, now);
+    assert!(
+        d.corehub.as_ref().unwrap().exit.is_empty(),
+        "asked out before it listed: {:?}",
+        d.corehub
+    );
 }
 
 /// After a drain timeout too, a GKO taking over in Resume lists before it asks: a pipeline the drain saw
@@ -632,23 +634,8 @@ fn a_gko_taking_over_in_resume_after_a_drain_timeout_asks_again_only_the_late_on
     let d = world.step(&mut g, 6);
     assert_eq!(d.corehub.as_ref().unwrap().exit.len(), 2);
     assert!(world.hub.in_maintenance().is_empty());
-    let owed: Vec<PipelineId> = vec!["a".into(), "b".into()];
-    g.status.as_mut().unwrap().paused_pipelines = owed.into();
-    world.hub.report = Report::default();
-    world.hub.entered.clear();
-    let d = world.step(&mut g, 7);
-    assert!(
-        d.corehub.as_ref().unwrap().exit.is_empty(),
-        "asked out before it listed: {:?}",
-        d.corehub
-    );
-    for t in 7..100 {
-        world.step(&mut g, t);
-        if status(&g).update.is_none() {
-            break;
-        }
-    }
-    assert!(status(&g).update.is_none(), "the update did not end");
+    take_over_in_resume(&mut g, &mut world, &["a", "b"], Report::default(), 7);
+    to_the_end(&mut g, &mut world, 7..100, false);
     assert_eq!(
         world.hub.exits,
         [("a".into(), 1), ("b".into(), 2)].into(),
@@ -664,16 +651,7 @@ fn an_update_with_no_running_pipeline_says_none_resumed() {
     let mut events = world.until(&mut g, 1, CoreHub);
     events.extend(world.step(&mut g, 1).events);
     world.roll_out(&g, &["core-hub", "agent-mssql"]);
-    for t in 2..100 {
-        if update_step(&g) == Some(Modules) {
-            world.roll_out(&g, &["chronos"]);
-        }
-        events.extend(world.step(&mut g, t).events);
-        if status(&g).update.is_none() {
-            break;
-        }
-    }
-    assert!(status(&g).update.is_none(), "the update did not end");
+    events.extend(to_the_end(&mut g, &mut world, 2..100, true));
     let reasons = reasons(&events);
     assert!(reasons.contains(&"UpdateSucceeded"), "{reasons:?}");
     assert!(
@@ -3504,13 +3482,29 @@ fn step_to_the_end(
     world: &mut World,
     seconds: std::ops::Range<i64>,
 ) -> crate::api::Attempt {
+    to_the_end(g, world, seconds, false);
+    status(g).last_attempt.clone().expect("the update ended")
+}
+
+/// Steps through `seconds` until the update has ended (panics if it does not), Chronos rolled out once
+/// the update reaches Modules when `roll_modules`; every event said on the way.
+fn to_the_end(
+    g: &mut GluesyncPlatform,
+    world: &mut World,
+    seconds: std::ops::Range<i64>,
+    roll_modules: bool,
+) -> Vec<Event> {
+    let mut events = vec![];
     for t in seconds {
-        world.step(g, t);
+        if roll_modules && update_step(g) == Some(Modules) {
+            world.roll_out(g, &["chronos"]);
+        }
+        events.extend(world.step(g, t).events);
         if status(g).update.is_none() && status(g).last_attempt.is_some() {
-            break;
+            return events;
         }
     }
-    status(g).last_attempt.clone().expect("the update ended")
+    panic!("the update did not end: {:?}", status(g).update);
 }
 
 /// A decision may go unwritten only when it acts on nothing a status must remember and asks Core Hub to
