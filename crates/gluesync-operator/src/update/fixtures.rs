@@ -281,8 +281,15 @@ impl World {
         g.status = Some(d.status.clone());
         for a in &d.actions {
             match a {
-                Action::AddFinalizer => g.metadata.finalizers = Some(vec![FINALIZER.into()]),
-                Action::RemoveFinalizer => g.metadata.finalizers = None,
+                // As the cluster's writer: other tools' finalizers stay.
+                Action::AddFinalizer | Action::RemoveFinalizer => {
+                    let mut list = g.metadata.finalizers.take().unwrap_or_default();
+                    list.retain(|f| f != FINALIZER);
+                    if *a == Action::AddFinalizer {
+                        list.push(FINALIZER.into());
+                    }
+                    g.metadata.finalizers = Some(list).filter(|l| !l.is_empty());
+                }
                 // The workload takes the new image; its pods follow in `roll_out`.
                 Action::SetImage { name, image, .. } => {
                     if let Some(w) = self.workloads.iter_mut().find(|w| &w.name == name) {

@@ -402,6 +402,43 @@ fn nothing_is_paused_before_the_finalizer_is_on() {
     assert_eq!(world.hub.enters.len(), 1, "{:?}", world.hub.enters);
 }
 
+/// Another tool's finalizer (Argo CD's) is not GKO's: GKO puts its own on before it pauses anything,
+/// and takes only its own off when the update ends.
+#[test]
+fn another_tools_finalizer_is_not_gkos() {
+    let argo = "resources-finalizer.argocd.argoproj.io".to_string();
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
+    g.metadata.finalizers = Some(vec![argo.clone()]);
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    for t in 0..10 {
+        world.step(&mut g, t);
+        if !world.hub.enters.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        world.hub.enters.len(),
+        1,
+        "the drain asked: {:?}",
+        world.hub.enters
+    );
+    assert_eq!(
+        g.metadata.finalizers,
+        Some(vec![argo.clone(), FINALIZER.to_string()]),
+        "GKO's finalizer is on beside Argo CD's before the pause"
+    );
+    world.until(&mut g, 10, CoreHub);
+    world.step(&mut g, 10);
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    to_the_end(&mut g, &mut world, 11..200, true);
+    assert_eq!(
+        status(&g).last_attempt.as_ref().unwrap().result,
+        UpdateResult::Succeeded
+    );
+    world.step(&mut g, 200);
+    assert_eq!(g.metadata.finalizers, Some(vec![argo]), "only GKO's went");
+}
+
 /// A platform at 2.3.2.1 asked for 2.3.2.2, taken to Drain, with these pipelines.
 fn drained_start(hub: Hub, spec: serde_json::Value) -> (GluesyncPlatform, World) {
     let mut base = serde_json::json!({"version": "2.3.2.2", "stabilityWindowSeconds": 10});
@@ -767,8 +804,9 @@ fn a_late_maintenance_request_after_a_drain_timeout_is_resumed() {
     );
 }
 
-#[test]
-fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
+/// Core Hub is updated, then goes down just as the pipelines wait to resume (drain timeout 30 s):
+/// the update and the pipelines as Resume begins, at 12 s.
+fn core_hub_down_in_resume() -> (GluesyncPlatform, World) {
     let (mut g, mut world) = drained_start(
         Hub::new(&["a", "b"], &[]),
         serde_json::json!({"drainTimeoutSeconds": 30}),
@@ -777,9 +815,14 @@ fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
     world.step(&mut g, 1);
     world.roll_out(&g, &["core-hub", "agent-mssql"]);
     world.step(&mut g, 2);
-    // Core Hub goes down just as the pipelines wait to resume.
     world.hub.down = true;
     world.until(&mut g, 12, Resume);
+    (g, world)
+}
+
+#[test]
+fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
+    let (mut g, mut world) = core_hub_down_in_resume();
     for now in 13..20 {
         world.step(&mut g, now);
         assert_eq!(update(&g).step.name(), Resume, "waits for Core Hub");
@@ -856,6 +899,31 @@ fn resume_waits_for_core_hub_and_leftovers_are_resumed_between_updates() {
     assert!(status(&g).paused_pipelines.is_empty());
     assert!(reasons(&events).contains(&"PipelinesResumed"), "{events:?}");
     assert!(g.metadata.finalizers.is_none());
+}
+
+#[test]
+fn leftovers_are_asked_out_while_the_modules_roll() {
+    let (mut g, mut world) = core_hub_down_in_resume();
+    world.until(&mut g, 43, Modules);
+    assert_eq!(status(&g).paused_pipelines, ["a", "b"], "left by Resume");
+    // Core Hub is back while Chronos rolls out: GKO asks the leftovers out then, not after the update.
+    world.hub.down = false;
+    let d = world.step(&mut g, 60);
+    assert_eq!(update(&g).step.name(), Modules, "Chronos still rolls");
+    assert!(!d.again);
+    let exit = d
+        .corehub
+        .as_ref()
+        .map(|w| w.exit.clone())
+        .unwrap_or_default();
+    assert_eq!(exit, ["a", "b"], "{:?}", d.corehub);
+    world.step(&mut g, 61);
+    assert!(
+        world.hub.in_maintenance().is_empty(),
+        "{:?}",
+        world.hub.pipelines
+    );
+    assert_eq!(update(&g).step.name(), Modules);
 }
 
 #[test]
