@@ -439,6 +439,33 @@ fn another_tools_finalizer_is_not_gkos() {
     assert_eq!(g.metadata.finalizers, Some(vec![argo]), "only GKO's went");
 }
 
+/// `status.version` is the version Core Hub runs ready: it stays on the old one while the new image
+/// rolls out, moves once Core Hub is ready on the new one, and is never a module's or an agent's.
+#[test]
+fn the_version_moves_once_core_hub_is_ready_on_the_new_one() {
+    let (mut g, mut world) = drained_start(Hub::new(&["a"], &[]), serde_json::json!({}));
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 1);
+    let hub = |world: &World| {
+        world
+            .workloads
+            .iter()
+            .find(|w| w.name == "core-hub")
+            .cloned()
+    };
+    let rolling = hub(&world).unwrap();
+    assert_eq!(rolling.image, "molo17/gluesync-core-hub:2.3.2.2");
+    assert!(!rolling.ready, "the new image is set, not ready yet");
+    world.step(&mut g, 2);
+    assert_eq!(update(&g).step.name(), CoreHub);
+    assert_eq!(status(&g).version.as_deref(), Some("2.3.2.1"));
+    // Core Hub is ready on the new image, its agent not yet: the version is Core Hub's.
+    world.roll_out(&g, &["core-hub"]);
+    assert!(hub(&world).unwrap().ready);
+    world.step(&mut g, 3);
+    assert_eq!(status(&g).version.as_deref(), Some("2.3.2.2"));
+}
+
 /// A platform at 2.3.2.1 asked for 2.3.2.2, taken to Drain, with these pipelines.
 fn drained_start(hub: Hub, spec: serde_json::Value) -> (GluesyncPlatform, World) {
     let mut base = serde_json::json!({"version": "2.3.2.2", "stabilityWindowSeconds": 10});
