@@ -1532,6 +1532,38 @@ fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
     assert_eq!(access.problem(&g, &w, "ns"), None);
 }
 
+/// A disaster-recovery setup changes workloads too: while GKO may not work on the platform it does not
+/// start; once it may, it does.
+#[test]
+fn a_stalled_platform_starts_no_disaster_recovery_setup() {
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.1",
+        "coreHub": {"credentialsSecret": "db-password"},
+        "disasterRecovery": {"role": "primary", "peerAddress": "dr.example.com"},
+    }));
+    g.metadata.finalizers = None;
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    let access = crate::update::access::Access::from_lists("corehub-credentials", "");
+    world.access = access.problem(&g, &world.workloads, "ns");
+    assert_eq!(
+        world.access.as_ref().map(|p| p.reason),
+        Some("SecretNotAllowed")
+    );
+    for t in 0..3 {
+        let d = world.step(&mut g, t);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert!(status(&g).disaster_recovery.is_none());
+    }
+    // The Secret allowed: the setup starts.
+    world.access = None;
+    world.step(&mut g, 3);
+    assert!(
+        status(&g).disaster_recovery.is_some(),
+        "{:?}",
+        status(&g).message
+    );
+}
+
 // ---------------------------------------------------------------------------------------------------
 // GKO's own update, last.
 
