@@ -1121,6 +1121,94 @@ mod tests {
         assert_eq!(collision(&by_gko, "c", &spec()), None);
     }
 
+    /// A deleted platform whose teardown cannot put a workload back (its patch never lands) keeps GKO's
+    /// finalizer for the pipelines' deadline and four stability timeouts after the deletion, then goes,
+    /// and says what was left.
+    #[test]
+    fn a_teardown_that_never_ends_holds_a_deleted_platform_four_stability_timeouts() {
+        use crate::update::fixtures::at;
+        let mut g = gsp();
+        g.spec.drain_timeout_seconds = 30;
+        g.spec.stability_timeout_seconds = 60;
+        g.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
+        g.metadata.deletion_timestamp = Some(at(0));
+        // The workload as the setup left it; the teardown began as the platform was deleted.
+        let before = core_hub(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let mut c = component(&before);
+        c.state = State::Restoring;
+        c.changed_at = Some(at(0));
+        let after = core_hub(json!({
+            "metadata": {"annotations": {DR_ANNOTATION: "primary-x"}},
+            "spec": {"containers": [{"name": "c",
+                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}));
+        assert!(!clean(&after, &c));
+        g.status = Some(crate::api::GluesyncPlatformStatus {
+            disaster_recovery: Some(DisasterRecoveryStatus {
+                phase: Phase::TearingDown,
+                role: DisasterRecoveryRole::Primary,
+                peer_address: "peer".into(),
+                setup: "primary-x".into(),
+                secret_name: "s".into(),
+                service: None,
+                service_settings: None,
+                message: String::new(),
+                failure: None,
+                since: at(0),
+                components: vec![c],
+            }),
+            ..Default::default()
+        });
+        let workloads = [after];
+        let report = crate::update::corehub::Report::default();
+        let decide = |t: i64| {
+            crate::update::decide(
+                &g,
+                &Observed {
+                    now: at(t),
+                    workloads: &workloads,
+                    corehub: &report,
+                    catalog: None,
+                    target: None,
+                    access_problem: None,
+                    me: None,
+                    dr: Default::default(),
+                    pre_pulls: &[],
+                },
+            )
+        };
+        for t in [1, 31, 95, 269] {
+            let d = decide(t);
+            assert!(
+                d.actions
+                    .iter()
+                    .any(|a| matches!(a, Action::PatchWorkload { .. })),
+                "at {t} s the teardown puts the workload back: {:?}",
+                d.actions
+            );
+            assert!(
+                !d.actions.contains(&Action::RemoveFinalizer),
+                "let go at {t} s"
+            );
+        }
+        let d = decide(271);
+        assert!(
+            d.actions.contains(&Action::RemoveFinalizer),
+            "{:?}",
+            d.actions
+        );
+        let abandoned = d
+            .events
+            .iter()
+            .find(|e| e.reason == "CleanupAbandoned")
+            .expect("said");
+        assert!(
+            abandoned.message.contains("disaster-recovery teardown")
+                && abandoned.message.contains("four stability timeouts"),
+            "{}",
+            abandoned.message
+        );
+    }
+
     #[test]
     fn the_setup_mark_changes_with_what_changes_the_pods_only() {
         let g = gsp();

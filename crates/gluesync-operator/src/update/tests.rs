@@ -1543,6 +1543,7 @@ fn a_stalled_platform_starts_no_disaster_recovery_setup() {
     }));
     g.metadata.finalizers = None;
     let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    world.dr.secret = crate::update::disaster::SecretState::Present { made_by_gko: false };
     let access = crate::update::access::Access::from_lists("corehub-credentials", "");
     world.access = access.problem(&g, &world.workloads, "ns");
     assert_eq!(
@@ -1554,14 +1555,23 @@ fn a_stalled_platform_starts_no_disaster_recovery_setup() {
         assert!(d.actions.is_empty(), "{:?}", d.actions);
         assert!(status(&g).disaster_recovery.is_none());
     }
-    // The Secret allowed: the setup starts.
+    // The Secret allowed: the setup starts, and GKO's finalizer goes on first (a setup in place is put
+    // back before the platform goes).
     world.access = None;
-    world.step(&mut g, 3);
-    assert!(
-        status(&g).disaster_recovery.is_some(),
+    let d = world.step(&mut g, 3);
+    assert_eq!(
+        status(&g).disaster_recovery.as_ref().map(|dr| dr.phase),
+        Some(crate::api::DisasterRecoveryPhase::SettingUp),
         "{:?}",
-        status(&g).message
+        status(&g).disaster_recovery
     );
+    assert_eq!(
+        d.actions.first(),
+        Some(&Action::AddFinalizer),
+        "{:?}",
+        d.actions
+    );
+    assert_eq!(g.metadata.finalizers, Some(vec![FINALIZER.to_string()]));
 }
 
 // ---------------------------------------------------------------------------------------------------
