@@ -3542,6 +3542,21 @@ fn core_hubs_rollback_leaves_an_agent_the_update_did_not_change() {
     assert!(world.hub.in_maintenance().is_empty());
 }
 
+/// Between checks the catalog is not asked: GKO looks again when the next check is due, and asks then.
+#[test]
+fn the_catalog_is_asked_only_when_a_check_is_due() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.1", "checkIntervalMinutes": 60}));
+    let mut world = World::new(Some(catalog()), Hub::new(&[], &[]));
+    assert!(world.step(&mut g, 0).catalog.is_some(), "the first check");
+    world.step(&mut g, 0);
+    let checked = status(&g).catalog.clone().expect("the answer taken in");
+    assert_eq!(checked.last_attempt_at, Some(at(0)));
+    let d = world.decide(&g, &at(60));
+    assert!(d.catalog.is_none(), "{:?}", d.catalog);
+    assert_eq!(d.requeue, Some(std::time::Duration::from_secs(3540)));
+    assert!(world.decide(&g, &at(3600)).catalog.is_some(), "due again");
+}
+
 /// A catalog answer is taken into the status only when it answers the check now due: one that answers a
 /// check asked before the check-now annotation took a new value is not (the new check is asked instead).
 #[test]
