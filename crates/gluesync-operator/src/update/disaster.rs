@@ -1209,6 +1209,27 @@ mod tests {
         );
     }
 
+    /// The pair's Secret is `<platform>-disaster-recovery` unless the spec names one, and the setup
+    /// mounts that one; the Service is `<platform>-disaster-recovery`.
+    #[test]
+    fn the_pairs_secret_and_service_are_named_after_the_platform() {
+        let mut g = gsp();
+        g.metadata.name = Some("prod".into());
+        let mut s = spec();
+        assert_eq!(secret_name(&g, &s), "prod-disaster-recovery");
+        assert_eq!(default_secret_name(&g), "prod-disaster-recovery");
+        assert_eq!(service_name(&g), "prod-disaster-recovery");
+        s.secret_name = Some("dr-shared".into());
+        assert_eq!(secret_name(&g, &s), "dr-shared");
+        assert_eq!(default_secret_name(&g), "prod-disaster-recovery");
+        let w = core_hub(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let set = patch(&g, &w, &component(&w), Some((&s, "primary-x")));
+        assert_eq!(
+            set["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+            "dr-shared"
+        );
+    }
+
     #[test]
     fn the_setup_mark_changes_with_what_changes_the_pods_only() {
         let g = gsp();
