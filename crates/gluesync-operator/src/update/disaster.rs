@@ -1121,6 +1121,100 @@ mod tests {
         assert_eq!(collision(&by_gko, "c", &spec()), None);
     }
 
+    /// A status whose disaster-recovery setup `setup` is in `phase`, changing one component.
+    fn with_setup(
+        phase: Phase,
+        setup: &str,
+        c: DisasterRecoveryComponent,
+    ) -> crate::api::GluesyncPlatformStatus {
+        crate::api::GluesyncPlatformStatus {
+            disaster_recovery: Some(DisasterRecoveryStatus {
+                phase,
+                role: DisasterRecoveryRole::Primary,
+                peer_address: "peer".into(),
+                setup: setup.into(),
+                secret_name: "s".into(),
+                service: None,
+                service_settings: None,
+                message: format!("the setup is {}", phase.as_str()),
+                failure: None,
+                since: crate::update::fixtures::at(0),
+                components: vec![c],
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Core Hub as a setup left it (its mark and one variable).
+    fn left_by_setup() -> Workload {
+        core_hub(json!({
+            "metadata": {"annotations": {DR_ANNOTATION: "primary-x"}},
+            "spec": {"containers": [{"name": "c",
+                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}))
+    }
+
+    /// The decision at second `t` on these workloads (no Core Hub, no catalog answer).
+    fn decide_at(g: &GluesyncPlatform, workloads: &[Workload], t: i64) -> Decision {
+        crate::update::decide(
+            g,
+            &Observed {
+                now: crate::update::fixtures::at(t),
+                workloads,
+                corehub: &crate::update::corehub::Report::default(),
+                catalog: None,
+                target: None,
+                access_problem: None,
+                me: None,
+                dr: Default::default(),
+                pre_pulls: &[],
+            },
+        )
+    }
+
+    /// An update the spec asks for waits while a setup changes workloads, and the status says what the
+    /// setup does; once the pair is active, the update starts.
+    #[test]
+    fn an_update_waits_while_a_setup_changes_workloads() {
+        let mut g = gsp();
+        g.spec.version = "2.3.2.2".into();
+        g.spec.disaster_recovery = Some(spec());
+        let mark = setup_mark(&g, &spec());
+        let w = core_hub(json!({"spec": {"containers": [{"name": "c"}]}}));
+        for phase in [Phase::SettingUp, Phase::RollingBack, Phase::TearingDown] {
+            // Setting up, Core Hub is not changed yet; put back, it still carries the setup.
+            let now = match phase {
+                Phase::SettingUp => w.clone(),
+                _ => left_by_setup(),
+            };
+            g.status = Some(with_setup(phase, &mark, component(&w)));
+            let d = decide_at(&g, &[now], 0);
+            assert!(
+                d.status.update.is_none(),
+                "{phase:?}: {:?}",
+                d.status.update
+            );
+            let reconciling = d
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == RECONCILING)
+                .unwrap();
+            assert_eq!(
+                (reconciling.status.as_str(), reconciling.reason.as_str()),
+                (
+                    "True",
+                    format!("DisasterRecovery{}", phase.as_str()).as_str()
+                ),
+            );
+        }
+        g.status = Some(with_setup(Phase::Active, &mark, component(&w)));
+        let d = decide_at(&g, &[w], 0);
+        assert!(
+            d.status.update.is_some(),
+            "the update starts once the pair is active"
+        );
+    }
+
     /// A deleted platform whose teardown cannot put a workload back (its patch never lands) keeps GKO's
     /// finalizer for the pipelines' deadline and four stability timeouts after the deletion, then goes,
     /// and says what was left.
@@ -1137,45 +1231,11 @@ mod tests {
         let mut c = component(&before);
         c.state = State::Restoring;
         c.changed_at = Some(at(0));
-        let after = core_hub(json!({
-            "metadata": {"annotations": {DR_ANNOTATION: "primary-x"}},
-            "spec": {"containers": [{"name": "c",
-                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}));
+        let after = left_by_setup();
         assert!(!clean(&after, &c));
-        g.status = Some(crate::api::GluesyncPlatformStatus {
-            disaster_recovery: Some(DisasterRecoveryStatus {
-                phase: Phase::TearingDown,
-                role: DisasterRecoveryRole::Primary,
-                peer_address: "peer".into(),
-                setup: "primary-x".into(),
-                secret_name: "s".into(),
-                service: None,
-                service_settings: None,
-                message: String::new(),
-                failure: None,
-                since: at(0),
-                components: vec![c],
-            }),
-            ..Default::default()
-        });
+        g.status = Some(with_setup(Phase::TearingDown, "primary-x", c));
         let workloads = [after];
-        let report = crate::update::corehub::Report::default();
-        let decide = |t: i64| {
-            crate::update::decide(
-                &g,
-                &Observed {
-                    now: at(t),
-                    workloads: &workloads,
-                    corehub: &report,
-                    catalog: None,
-                    target: None,
-                    access_problem: None,
-                    me: None,
-                    dr: Default::default(),
-                    pre_pulls: &[],
-                },
-            )
-        };
+        let decide = |t: i64| decide_at(&g, &workloads, t);
         for t in [1, 31, 95, 269] {
             let d = decide(t);
             assert!(
