@@ -1153,22 +1153,47 @@ mod tests {
                 "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}))
     }
 
-    /// The decision at second `t` on these workloads (no Core Hub, no catalog answer).
+    /// What GKO sees at second `t`: these workloads, Core Hub's `report`, no catalog answer.
+    fn observed<'a>(
+        workloads: &'a [Workload],
+        report: &'a crate::update::corehub::Report,
+        t: i64,
+    ) -> Observed<'a> {
+        Observed {
+            now: crate::update::fixtures::at(t),
+            workloads,
+            corehub: report,
+            catalog: None,
+            target: None,
+            access_problem: None,
+            me: None,
+            dr: Default::default(),
+            pre_pulls: &[],
+        }
+    }
+
+    /// The decision at second `t` on these workloads.
     fn decide_at(g: &GluesyncPlatform, workloads: &[Workload], t: i64) -> Decision {
-        crate::update::decide(
-            g,
-            &Observed {
-                now: crate::update::fixtures::at(t),
-                workloads,
-                corehub: &crate::update::corehub::Report::default(),
-                catalog: None,
-                target: None,
-                access_problem: None,
-                me: None,
-                dr: Default::default(),
-                pre_pulls: &[],
-            },
-        )
+        let report = Default::default();
+        crate::update::decide(g, &observed(workloads, &report, t))
+    }
+
+    /// A setup changes Core Hub and every Chronos (by its image's name, whatever its registry), no other
+    /// module.
+    #[test]
+    fn a_setup_changes_core_hub_and_every_chronos_only() {
+        use crate::update::fixtures::{install, workload};
+        let mut w = install();
+        w.push(workload(
+            "chronos-eu",
+            "module",
+            "registry.example.com/molo17/gluesync-chronos:0.3.2",
+        ));
+        w.push(workload("prometheus", "module", "molo17/prometheus:2.53.0"));
+        let report = Default::default();
+        let all = targets(&observed(&w, &report, 0)).unwrap();
+        let names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(names, ["core-hub", "chronos", "chronos-eu"]);
     }
 
     /// An update the spec asks for waits while a setup changes workloads, and the status says what the
