@@ -975,6 +975,7 @@ fn show_busy(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
 mod tests {
     use super::*;
     use crate::api::{DisasterRecoveryRole, DisasterRecoveryService};
+    use crate::update::fixtures::{at, observed};
 
     fn core_hub(template: Value) -> Workload {
         Workload {
@@ -1138,7 +1139,7 @@ mod tests {
                 service_settings: None,
                 message: format!("the setup is {}", phase.as_str()),
                 failure: None,
-                since: crate::update::fixtures::at(0),
+                since: at(0),
                 components: vec![c],
             }),
             ..Default::default()
@@ -1153,29 +1154,10 @@ mod tests {
                 "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}))
     }
 
-    /// What GKO sees at second `t`: these workloads, Core Hub's `report`, no catalog answer.
-    fn observed<'a>(
-        workloads: &'a [Workload],
-        report: &'a crate::update::corehub::Report,
-        t: i64,
-    ) -> Observed<'a> {
-        Observed {
-            now: crate::update::fixtures::at(t),
-            workloads,
-            corehub: report,
-            catalog: None,
-            target: None,
-            access_problem: None,
-            me: None,
-            dr: Default::default(),
-            pre_pulls: &[],
-        }
-    }
-
     /// The decision at second `t` on these workloads.
     fn decide_at(g: &GluesyncPlatform, workloads: &[Workload], t: i64) -> Decision {
         let report = Default::default();
-        crate::update::decide(g, &observed(workloads, &report, t))
+        crate::update::decide(g, &observed(workloads, &report, at(t)))
     }
 
     /// A setup changes Core Hub and every Chronos (by its image's name, whatever its registry), no other
@@ -1191,7 +1173,7 @@ mod tests {
         ));
         w.push(workload("prometheus", "module", "molo17/prometheus:2.53.0"));
         let report = Default::default();
-        let all = targets(&observed(&w, &report, 0)).unwrap();
+        let all = targets(&observed(&w, &report, at(0))).unwrap();
         let names: Vec<&str> = all.iter().map(|w| w.name.as_str()).collect();
         assert_eq!(names, ["core-hub", "chronos", "chronos-eu"]);
     }
@@ -1245,13 +1227,13 @@ mod tests {
     /// and says what was left.
     #[test]
     fn a_teardown_that_never_ends_holds_a_deleted_platform_four_stability_timeouts() {
-        use crate::update::fixtures::at;
         let mut g = gsp();
         g.spec.drain_timeout_seconds = 30;
         g.spec.stability_timeout_seconds = 60;
         g.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
         g.metadata.deletion_timestamp = Some(at(0));
-        // The workload as the setup left it; the teardown began as the platform was deleted.
+        // Core Hub as it was before the setup, and as the setup left it; the teardown began as the
+        // platform was deleted.
         let before = core_hub(json!({"spec": {"containers": [{"name": "c"}]}}));
         let mut c = component(&before);
         c.state = State::Restoring;
@@ -1275,7 +1257,7 @@ mod tests {
                 "let go at {t} s"
             );
         }
-        let d = decide(271);
+        let d = decide(270);
         assert!(
             d.actions.contains(&Action::RemoveFinalizer),
             "{:?}",

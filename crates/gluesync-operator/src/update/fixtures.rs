@@ -27,6 +27,23 @@ pub fn at(secs: i64) -> Time {
     Time(jiff::Timestamp::from_second(1_800_000_000 + secs).unwrap())
 }
 
+/// What GKO sees at `now`: these workloads and Core Hub's `report`; no catalog answer, no Core Hub
+/// target, no access problem, no GKO image of its own, no disaster-recovery objects, no pre-pull pods.
+/// Set any other field with `Observed { field, ..observed(..) }`.
+pub fn observed<'a>(workloads: &'a [Workload], report: &'a Report, now: Time) -> Observed<'a> {
+    Observed {
+        now,
+        workloads,
+        corehub: report,
+        catalog: None,
+        target: None,
+        access_problem: None,
+        me: None,
+        dr: Default::default(),
+        pre_pulls: &[],
+    }
+}
+
 /// A platform named `gluesync` in namespace `ns`, generation 2, with GKO's finalizer on.
 pub fn platform(spec: serde_json::Value) -> GluesyncPlatform {
     let mut g = GluesyncPlatform::new(

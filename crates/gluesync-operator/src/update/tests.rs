@@ -48,17 +48,7 @@ fn a_new_version_starts_an_update_once_per_generation() {
     let mut w = install();
     w.rotate_left(2);
     let report = Report::default();
-    let obs = |now| Observed {
-        now,
-        workloads: &w,
-        corehub: &report,
-        catalog: None,
-        target: None,
-        access_problem: None,
-        me: None,
-        dr: Default::default(),
-        pre_pulls: &[],
-    };
+    let obs = |now| observed(&w, &report, now);
     let d = decide(&g, &obs(at(0)));
     assert_eq!(d.status.phase, Some(Phase::Updating));
     assert!(d.again);
@@ -410,9 +400,12 @@ fn another_tools_finalizer_is_not_gkos() {
     let mut g = platform(serde_json::json!({"version": "2.3.2.2"}));
     g.metadata.finalizers = Some(vec![argo.clone()]);
     let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    let gkos = |g: &GluesyncPlatform| g.finalizers().iter().any(|f| f == FINALIZER);
     for t in 0..10 {
+        let had = gkos(&g);
         world.step(&mut g, t);
         if !world.hub.enters.is_empty() {
+            assert!(had, "paused before GKO's finalizer was on");
             break;
         }
     }
@@ -424,19 +417,31 @@ fn another_tools_finalizer_is_not_gkos() {
     );
     assert_eq!(
         g.metadata.finalizers,
-        Some(vec![argo.clone(), FINALIZER.to_string()]),
-        "GKO's finalizer is on beside Argo CD's before the pause"
+        Some(vec![argo.clone(), FINALIZER.to_string()])
     );
     world.until(&mut g, 10, CoreHub);
     world.step(&mut g, 10);
     world.roll_out(&g, &["core-hub", "agent-mssql"]);
-    to_the_end(&mut g, &mut world, 11..200, true);
+    // To the end: GKO asks its own finalizer off once the update has ended (the writer keeps Argo CD's).
+    let mut removed = false;
+    for t in 11..200 {
+        if update_step(&g) == Some(Modules) {
+            world.roll_out(&g, &["chronos"]);
+        }
+        removed |= world
+            .step(&mut g, t)
+            .actions
+            .contains(&Action::RemoveFinalizer);
+        if removed {
+            break;
+        }
+    }
+    assert!(removed, "GKO's finalizer stays: {:?}", status(&g).update);
     assert_eq!(
-        status(&g).last_attempt.as_ref().unwrap().result,
-        UpdateResult::Succeeded
+        status(&g).last_attempt.as_ref().map(|a| a.result),
+        Some(UpdateResult::Succeeded)
     );
-    world.step(&mut g, 200);
-    assert_eq!(g.metadata.finalizers, Some(vec![argo]), "only GKO's went");
+    assert_eq!(g.metadata.finalizers, Some(vec![argo]));
 }
 
 /// `status.version` is the version Core Hub runs ready: it stays on the old one while the new image
@@ -1496,15 +1501,8 @@ fn a_secret_gko_may_not_read_stalls_and_starts_nothing() {
     let d = decide(
         &g,
         &Observed {
-            now: at(0),
-            workloads: &w,
-            corehub: &report,
-            catalog: None,
-            target: None,
             access_problem: problem,
-            me: None,
-            dr: Default::default(),
-            pre_pulls: &[],
+            ..observed(&w, &report, at(0))
         },
     );
     assert!(d.status.update.is_none(), "no update starts");
@@ -2013,15 +2011,8 @@ fn an_image_write_that_never_lands_ends_at_the_timeout() {
     let d = decide(
         &g,
         &Observed {
-            now: at(101),
-            workloads: &world.workloads,
-            corehub: &world.hub.report.clone(),
-            catalog: None,
-            target: None,
-            access_problem: None,
             me: Some(GKO_OLD.into()),
-            dr: Default::default(),
-            pre_pulls: &[],
+            ..observed(&world.workloads, &world.hub.report.clone(), at(101))
         },
     );
     g.status = Some(d.status);
@@ -2033,15 +2024,8 @@ fn an_image_write_that_never_lands_ends_at_the_timeout() {
         decide(
             g,
             &Observed {
-                now: at(now),
-                workloads: &world.workloads,
-                corehub: &Report::default(),
-                catalog: None,
-                target: None,
-                access_problem: None,
                 me: Some(GKO_OLD.into()),
-                dr: Default::default(),
-                pre_pulls: &[],
+                ..observed(&world.workloads, &Report::default(), at(now))
             },
         )
     };
@@ -2229,15 +2213,10 @@ fn previewed(g: &GluesyncPlatform, world: &World, version: &str, now: i64) -> pr
     let mut answer = None;
     for _ in 0..2 {
         let obs = Observed {
-            now: at(now),
-            workloads: &world.workloads,
-            corehub: &world.hub.report,
             catalog: answer.as_ref(),
             target: Some(World::target()),
             access_problem: world.access.clone(),
-            me: None,
-            dr: Default::default(),
-            pre_pulls: &[],
+            ..observed(&world.workloads, &world.hub.report, at(now))
         };
         let p = preview::preview(g, version, &obs, pipelines.clone());
         let preview::Verdict::NeedsCatalog(check) = &p.verdict else {
@@ -2323,15 +2302,8 @@ fn the_preview_says_what_refuses_or_holds_an_update() {
     }
     // Core Hub that cannot be listed: the count is unknown, and why is said.
     let obs = Observed {
-        now: at(5),
-        workloads: &world.workloads,
-        corehub: &world.hub.report,
-        catalog: None,
         target: Some(World::target()),
-        access_problem: None,
-        me: None,
-        dr: Default::default(),
-        pre_pulls: &[],
+        ..observed(&world.workloads, &world.hub.report, at(5))
     };
     let offline = platform(serde_json::json!({"version": "2.3.2.1", "catalog": {"offline": true}}));
     let p = preview::preview(
