@@ -975,7 +975,7 @@ fn show_busy(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
 mod tests {
     use super::*;
     use crate::api::{DisasterRecoveryRole, DisasterRecoveryService};
-    use crate::update::fixtures::{at, observed};
+    use crate::update::fixtures::{at, let_go_before, observed};
 
     fn core_hub(template: Value) -> Workload {
         Workload {
@@ -1146,6 +1146,11 @@ mod tests {
         }
     }
 
+    /// Core Hub before any setup: its container alone.
+    fn before_setup() -> Workload {
+        core_hub(json!({"spec": {"containers": [{"name": "c"}]}}))
+    }
+
     /// Core Hub as a setup left it (its mark and one variable).
     fn left_by_setup() -> Workload {
         core_hub(json!({
@@ -1186,7 +1191,7 @@ mod tests {
         g.spec.version = "2.3.2.2".into();
         g.spec.disaster_recovery = Some(spec());
         let mark = setup_mark(&g, &spec());
-        let w = core_hub(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let w = before_setup();
         for phase in [Phase::SettingUp, Phase::RollingBack, Phase::TearingDown] {
             // Setting up, Core Hub is not changed yet; put back, it still carries the setup.
             let now = match phase {
@@ -1234,7 +1239,7 @@ mod tests {
         g.metadata.deletion_timestamp = Some(at(0));
         // Core Hub as it was before the setup, and as the setup left it; the teardown began as the
         // platform was deleted.
-        let before = core_hub(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let before = before_setup();
         let mut c = component(&before);
         c.state = State::Restoring;
         c.changed_at = Some(at(0));
@@ -1257,23 +1262,8 @@ mod tests {
                 "let go at {t} s"
             );
         }
-        let d = decide(270);
-        assert!(
-            d.actions.contains(&Action::RemoveFinalizer),
-            "{:?}",
-            d.actions
-        );
-        let abandoned = d
-            .events
-            .iter()
-            .find(|e| e.reason == "CleanupAbandoned")
-            .expect("said");
-        assert!(
-            abandoned.message.contains("disaster-recovery teardown")
-                && abandoned.message.contains("four stability timeouts"),
-            "{}",
-            abandoned.message
-        );
+        let said = let_go_before(&decide(270), "the disaster-recovery teardown");
+        assert!(said.contains("four stability timeouts"), "{said}");
     }
 
     /// The pair's Secret is `<platform>-disaster-recovery` unless the spec names one, and the setup
@@ -1289,7 +1279,7 @@ mod tests {
         s.secret_name = Some("dr-shared".into());
         assert_eq!(secret_name(&g, &s), "dr-shared");
         assert_eq!(default_secret_name(&g), "prod-disaster-recovery");
-        let w = core_hub(json!({"spec": {"containers": [{"name": "c"}]}}));
+        let w = before_setup();
         let set = patch(&g, &w, &component(&w), Some((&s, "primary-x")));
         assert_eq!(
             set["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],

@@ -44,6 +44,23 @@ pub fn observed<'a>(workloads: &'a [Workload], report: &'a Report, now: Time) ->
     }
 }
 
+/// Asserts that `d` lets a deleted platform go (GKO's finalizer off) with the Warning that it did so
+/// before `what` ended; returns the Warning's message.
+pub fn let_go_before(d: &Decision, what: &str) -> String {
+    assert!(
+        d.actions.contains(&Action::RemoveFinalizer),
+        "{:?}",
+        d.actions
+    );
+    let abandoned = d
+        .events
+        .iter()
+        .find(|e| e.warning && e.reason == "CleanupAbandoned")
+        .expect("the event says what was left");
+    assert!(abandoned.message.contains(what), "{}", abandoned.message);
+    abandoned.message.clone()
+}
+
 /// A platform named `gluesync` in namespace `ns`, generation 2, with GKO's finalizer on.
 pub fn platform(spec: serde_json::Value) -> GluesyncPlatform {
     let mut g = GluesyncPlatform::new(
