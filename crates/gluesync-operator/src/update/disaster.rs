@@ -974,8 +974,10 @@ fn show_busy(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Reason;
     use crate::api::{DisasterRecoveryRole, DisasterRecoveryService};
-    use crate::update::fixtures::{at, let_go_before, observed};
+    use crate::update::fixtures::{at, let_go_before, observed, pod};
+    use crate::update::observed::PodView;
 
     fn core_hub(template: Value) -> Workload {
         Workload {
@@ -1161,8 +1163,84 @@ mod tests {
 
     /// The decision at second `t` on these workloads.
     fn decide_at(g: &GluesyncPlatform, workloads: &[Workload], t: i64) -> Decision {
+        decide_seeing(g, workloads, t, DrObjects::default())
+    }
+
+    /// The decision at second `t` on these workloads, the pair's Secret and Service as `dr` says.
+    fn decide_seeing(
+        g: &GluesyncPlatform,
+        workloads: &[Workload],
+        t: i64,
+        dr: DrObjects,
+    ) -> Decision {
         let report = Default::default();
-        crate::update::decide(g, &observed(workloads, &report, at(t)))
+        crate::update::decide(
+            g,
+            &Observed {
+                dr,
+                ..observed(workloads, &report, at(t))
+            },
+        )
+    }
+
+    /// Decides at second `t` and keeps the status the decision writes, as GKO does; returns the
+    /// decision and the setup it leaves.
+    fn step(
+        g: &mut GluesyncPlatform,
+        workloads: &[Workload],
+        t: i64,
+        dr: DrObjects,
+    ) -> (Decision, Option<DisasterRecoveryStatus>) {
+        let d = decide_seeing(g, workloads, t, dr);
+        g.status = Some(d.status.clone());
+        let setup = d.status.disaster_recovery.clone();
+        (d, setup)
+    }
+
+    /// A platform that wants the setup `spec()`, with a 10 s stability window and a 60 s timeout; and
+    /// the setup's mark.
+    fn wanting() -> (GluesyncPlatform, String) {
+        let mut g = gsp();
+        g.spec.disaster_recovery = Some(spec());
+        g.spec.stability_window_seconds = 10;
+        g.spec.stability_timeout_seconds = 60;
+        g.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
+        let mark = setup_mark(&g, &spec());
+        (g, mark)
+    }
+
+    /// Core Hub whose template carries the setup `mark`, with one pod on it, ready or not.
+    fn carrying(mark: &str, ready: bool) -> Workload {
+        let mut w = core_hub(json!({
+            "metadata": {"annotations": {DR_ANNOTATION: mark}},
+            "spec": {"containers": [{"name": "c",
+                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}));
+        w.ready = ready;
+        w.pods = vec![PodView {
+            dr_mark: Some(mark.into()),
+            ..pod("core-hub", &w.image, ready, 0)
+        }];
+        w
+    }
+
+    /// Core Hub as it was before the setup, its one pod ready or not, on the setup `mark` or not.
+    fn back(ready: bool, mark: Option<&str>) -> Workload {
+        let mut w = before_setup();
+        w.ready = ready;
+        w.pods = vec![PodView {
+            dr_mark: mark.map(Into::into),
+            ..pod("core-hub", &w.image, ready, 0)
+        }];
+        w
+    }
+
+    /// The events of `d` with this reason: (warning, message).
+    fn said(d: &Decision, reason: crate::api::Reason) -> Vec<(bool, String)> {
+        d.events
+            .iter()
+            .filter(|e| e.reason == reason)
+            .map(|e| (e.warning, e.message.clone()))
+            .collect()
     }
 
     /// A setup changes Core Hub and every Chronos (by its image's name, whatever its registry), no other
@@ -1304,5 +1382,568 @@ mod tests {
         let mut s = spec();
         s.peer_address = "other".into();
         assert_ne!(setup_mark(&g, &s), a);
+    }
+
+    /// The Service publishes both ports to Core Hub's pods with the spec's settings; settings of an
+    /// external Service (node ports, traffic policy) and of a load balancer only where they apply.
+    #[test]
+    fn the_service_publishes_both_ports_with_the_settings_that_apply_to_its_type() {
+        use crate::api::ServiceType;
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let mut g = gsp();
+        g.metadata.uid = Some("uid".into());
+        let mut core = before_setup();
+        core.selector = [("app".to_string(), "core-hub".to_string())].into();
+        let mut s = spec();
+        s.service = DisasterRecoveryService {
+            type_: ServiceType::LoadBalancer,
+            annotations: [("lb".to_string(), "internal".to_string())].into(),
+            load_balancer_class: Some("cloud".into()),
+            load_balancer_source_ranges: vec!["10.0.0.0/8".into()],
+            external_traffic_policy: Some("Local".into()),
+            replication_node_port: Some(31718),
+            control_node_port: Some(31719),
+        };
+        let lb = service(&g, &s, &core);
+        let meta = &lb.metadata;
+        assert_eq!(meta.name.as_deref(), Some("gluesync-disaster-recovery"));
+        assert_eq!(meta.namespace.as_deref(), Some("ns"));
+        let labels = meta.labels.clone().unwrap();
+        assert_eq!(labels[MANAGED_BY.0], MANAGED_BY.1);
+        assert_eq!(labels[PLATFORM_LABEL], "gluesync");
+        let owner = &meta.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.name.as_str(), owner.controller),
+            ("gluesync", Some(true))
+        );
+        assert_eq!(meta.annotations.clone().unwrap()["lb"], "internal");
+        let ls = lb.spec.unwrap();
+        assert_eq!(ls.type_.as_deref(), Some("LoadBalancer"));
+        assert_eq!(ls.selector, Some(core.selector.clone()));
+        let ports: Vec<_> = ls
+            .ports
+            .unwrap()
+            .into_iter()
+            .map(|p| {
+                (
+                    p.name.unwrap(),
+                    p.port,
+                    p.target_port,
+                    p.protocol,
+                    p.node_port,
+                )
+            })
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                (
+                    "dr-replication".to_string(),
+                    1718,
+                    Some(IntOrString::Int(1718)),
+                    Some("TCP".to_string()),
+                    Some(31718)
+                ),
+                (
+                    "dr-control".to_string(),
+                    1719,
+                    Some(IntOrString::Int(1719)),
+                    Some("TCP".to_string()),
+                    Some(31719)
+                ),
+            ]
+        );
+        assert_eq!(ls.load_balancer_class.as_deref(), Some("cloud"));
+        assert_eq!(
+            ls.load_balancer_source_ranges,
+            Some(vec!["10.0.0.0/8".to_string()])
+        );
+        assert_eq!(ls.external_traffic_policy.as_deref(), Some("Local"));
+
+        // A NodePort Service keeps the node ports and the traffic policy, not the load balancer's.
+        s.service.type_ = ServiceType::NodePort;
+        let np = service(&g, &s, &core).spec.unwrap();
+        assert_eq!(np.type_.as_deref(), Some("NodePort"));
+        assert_eq!(np.ports.unwrap()[1].node_port, Some(31719));
+        assert_eq!(np.external_traffic_policy.as_deref(), Some("Local"));
+        assert_eq!(
+            (np.load_balancer_class, np.load_balancer_source_ranges),
+            (None, None)
+        );
+
+        // A ClusterIP Service has none of them; no annotations, no annotations map.
+        s.service.type_ = ServiceType::ClusterIP;
+        s.service.annotations.clear();
+        let ip = service(&g, &s, &core);
+        assert_eq!(ip.metadata.annotations, None);
+        let ip = ip.spec.unwrap();
+        assert_eq!(ip.type_.as_deref(), Some("ClusterIP"));
+        assert!(ip.ports.unwrap().iter().all(|p| p.node_port.is_none()));
+        assert_eq!(
+            (
+                ip.load_balancer_class,
+                ip.load_balancer_source_ranges,
+                ip.external_traffic_policy
+            ),
+            (None, None, None)
+        );
+
+        // A load balancer without source ranges leaves them to the cloud.
+        s.service.type_ = ServiceType::LoadBalancer;
+        s.service.load_balancer_source_ranges.clear();
+        assert_eq!(
+            service(&g, &s, &core)
+                .spec
+                .unwrap()
+                .load_balancer_source_ranges,
+            None
+        );
+    }
+
+    /// A setup changes one workload at a time: Core Hub gets the setup, passes its stability check on
+    /// it, and only then is the Service published; the pair is active once the Service is there.
+    #[test]
+    fn a_setup_rolls_core_hub_then_publishes_the_service_then_is_active() {
+        let (mut g, mark) = wanting();
+        let present = |service| DrObjects {
+            secret: SecretState::Present { made_by_gko: false },
+            service,
+        };
+        let (d, dr) = step(&mut g, &[before_setup()], 0, present(false));
+        let dr = dr.unwrap();
+        assert_eq!(dr.phase, Phase::SettingUp);
+        assert_eq!(dr.components[0].original, "[]");
+        assert!(d.again);
+        assert_eq!(said(&d, Reason::DisasterRecoveryStarted).len(), 1);
+        // The component rolls out: the change is written first, then made.
+        let (d, dr) = step(&mut g, &[before_setup()], 1, present(false));
+        assert_eq!(dr.unwrap().components[0].state, State::RollingOut);
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        let (d, _) = step(&mut g, &[before_setup()], 2, present(false));
+        let patched = d
+            .actions
+            .iter()
+            .find_map(|a| match a {
+                Action::PatchWorkload { name, patch, .. } if name == "core-hub" => Some(patch),
+                _ => None,
+            })
+            .expect("Core Hub is given the setup");
+        assert_eq!(
+            patched["spec"]["template"]["metadata"]["annotations"][DR_ANNOTATION],
+            mark.as_str()
+        );
+        // On the setup, ready: the stability window runs; no Service before it ends.
+        let on_setup = [carrying(&mark, true)];
+        let (d, dr) = step(&mut g, &on_setup, 3, present(false));
+        let dr = dr.unwrap();
+        assert_eq!(dr.components[0].state, State::RollingOut);
+        assert!(dr.message.contains("core-hub rolls out"), "{}", dr.message);
+        assert!(
+            !d.actions
+                .iter()
+                .any(|a| matches!(a, Action::ApplyService(_)))
+        );
+        let (d, dr) = step(&mut g, &on_setup, 13, present(false));
+        assert_eq!(dr.unwrap().components[0].state, State::Ready);
+        assert_eq!(said(&d, Reason::DisasterRecoveryWorkloadReady).len(), 1);
+        assert!(d.again);
+        let (d, _) = step(&mut g, &on_setup, 13, present(false));
+        let published = d
+            .actions
+            .iter()
+            .find_map(|a| match a {
+                Action::ApplyService(s) => Some(s),
+                _ => None,
+            })
+            .expect("the Service is published once every workload is ready");
+        assert_eq!(
+            published.metadata.name.as_deref(),
+            Some("gluesync-disaster-recovery")
+        );
+        let (d, dr) = step(&mut g, &on_setup, 14, present(true));
+        let dr = dr.unwrap();
+        assert_eq!(dr.phase, Phase::Active);
+        assert_eq!(dr.service.as_deref(), Some("gluesync-disaster-recovery"));
+        assert_eq!(said(&d, Reason::DisasterRecoveryActive).len(), 1);
+        assert!(dr.message.contains("ports 1718 and 1719"), "{}", dr.message);
+    }
+
+    /// An active pair whose workload lost the setup outside GKO sets it again; a Service gone or whose
+    /// settings changed is written again; else nothing is done.
+    #[test]
+    fn an_active_pair_sets_again_what_changed_outside_gko() {
+        let (mut g, mark) = wanting();
+        let mut c = component(&before_setup());
+        c.state = State::Ready;
+        let mut status = with_setup(Phase::Active, &mark, c);
+        let pair = status.disaster_recovery.as_mut().unwrap();
+        pair.service = Some(service_name(&g));
+        pair.service_settings = Some(service_digest(&spec()));
+        g.status = Some(status.clone());
+        let on_setup = [carrying(&mark, true)];
+        let objects = |service| DrObjects {
+            secret: SecretState::Present { made_by_gko: false },
+            service,
+        };
+        let d = decide_seeing(&g, &on_setup, 0, objects(true));
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        assert_eq!(d.status.disaster_recovery, status.disaster_recovery);
+
+        let applies = |d: &Decision| {
+            d.actions
+                .iter()
+                .filter(|a| matches!(a, Action::ApplyService(_)))
+                .count()
+        };
+        let d = decide_seeing(&g, &on_setup, 0, objects(false));
+        assert_eq!(applies(&d), 1, "the Service gone is made again");
+
+        let mut changed = spec();
+        changed.service.annotations.insert("a".into(), "b".into());
+        g.spec.disaster_recovery = Some(changed.clone());
+        assert_eq!(setup_mark(&g, &changed), mark, "the pods do not change");
+        let d = decide_seeing(&g, &on_setup, 0, objects(true));
+        assert_eq!(applies(&d), 1, "the new settings are written");
+        let kept = d.status.disaster_recovery.unwrap();
+        assert_eq!(kept.phase, Phase::Active);
+        assert_eq!(
+            kept.service_settings.as_deref(),
+            Some(service_digest(&changed).as_str())
+        );
+
+        // Core Hub changed outside GKO (the setup's mark is gone): it is set again.
+        g.spec.disaster_recovery = Some(spec());
+        let d = decide_seeing(&g, &[before_setup()], 5, objects(true));
+        let dr = d.status.disaster_recovery.clone().unwrap();
+        assert_eq!(dr.phase, Phase::SettingUp);
+        assert_eq!(dr.since, at(5));
+        assert_eq!(dr.components[0].state, State::Pending);
+        let drift = said(&d, Reason::DisasterRecoveryDrift);
+        assert!(drift[0].0 && drift[0].1.contains("core-hub"), "{drift:?}");
+        assert!(d.again);
+    }
+
+    /// A workload that does not come up with the setup within the stability timeout puts the whole setup
+    /// back (its pods of the setup that hang are deleted), then the Service and the Secret GKO wrote go,
+    /// and the setup ends Failed, where it stays until the spec changes.
+    #[test]
+    fn a_workload_that_does_not_come_up_with_the_setup_puts_everything_back_then_fails() {
+        let (mut g, mark) = wanting();
+        let mut c = component(&before_setup());
+        c.changed_at = Some(at(0));
+        g.status = Some(with_setup(Phase::SettingUp, &mark, c));
+        let stuck = [carrying(&mark, false)];
+        let none = DrObjects::default;
+        let (_, dr) = step(&mut g, &stuck, 59, none());
+        assert_eq!(dr.unwrap().phase, Phase::SettingUp, "within the timeout");
+        // The fault lands where it claims: the stability check of Core Hub on the setup.
+        let (d, dr) = step(&mut g, &stuck, 61, none());
+        let dr = dr.unwrap();
+        assert_eq!(dr.phase, Phase::RollingBack);
+        let failure = dr.failure.clone().unwrap();
+        assert!(
+            failure.starts_with(
+                "StatefulSet core-hub did not come up with the setup: not ready within 60 s"
+            ),
+            "{failure}"
+        );
+        assert!(dr.components[0].message.is_some());
+        let failed = said(&d, Reason::DisasterRecoveryFailed);
+        assert!(
+            failed[0].0 && failed[0].1.ends_with("putting every change back"),
+            "{failed:?}"
+        );
+        // Put back: the change is written first, then made.
+        let (d, dr) = step(&mut g, &stuck, 62, none());
+        let dr = dr.unwrap();
+        assert_eq!(dr.components[0].state, State::Restoring);
+        assert_eq!(dr.components[0].changed_at, Some(at(62)));
+        assert!(
+            dr.message.contains("putting core-hub back"),
+            "{}",
+            dr.message
+        );
+        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        let (d, _) = step(&mut g, &stuck, 63, none());
+        let restore = d
+            .actions
+            .iter()
+            .find_map(|a| match a {
+                Action::PatchWorkload { patch, .. } => Some(patch),
+                _ => None,
+            })
+            .expect("Core Hub is put back");
+        assert!(restore["spec"]["template"]["metadata"]["annotations"][DR_ANNOTATION].is_null());
+        // Back as before, its pod of the setup hanging: it is deleted (a StatefulSet waits for it).
+        let (d, _) = step(&mut g, &[back(false, Some(&mark))], 64, none());
+        assert!(
+            d.actions.contains(&Action::DeletePod("core-hub-0".into())),
+            "{:?}",
+            d.actions
+        );
+        // Up as before: after the stability window, the Service and the Secret GKO wrote go.
+        let up = [back(true, None)];
+        let made = DrObjects {
+            secret: SecretState::Present { made_by_gko: true },
+            service: true,
+        };
+        let (d, _) = step(&mut g, &up, 65, made.clone());
+        assert!(
+            !d.actions
+                .iter()
+                .any(|a| matches!(a, Action::RemoveMade(..)))
+        );
+        let (d, dr) = step(&mut g, &up, 75, made);
+        let dr = dr.unwrap();
+        assert_eq!(dr.components[0].state, State::Restored);
+        assert_eq!(dr.phase, Phase::RollingBack, "until both are gone");
+        assert!(
+            d.actions
+                .contains(&Action::RemoveMade(Made::Service, service_name(&g)))
+        );
+        assert!(
+            d.actions
+                .contains(&Action::RemoveMade(Made::Secret, "s".into()))
+        );
+        let kept = DrObjects {
+            secret: SecretState::Present { made_by_gko: false },
+            service: false,
+        };
+        let (d, dr) = step(&mut g, &up, 76, kept.clone());
+        let removes = |d: &Decision| {
+            d.actions
+                .iter()
+                .filter(|a| matches!(a, Action::RemoveMade(..)))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(removes(&d), [], "a Secret the user made stays");
+        let dr = dr.unwrap();
+        assert_eq!(dr.phase, Phase::Failed);
+        assert!(dr.message.contains(&failure), "{}", dr.message);
+        assert!(dr.components.is_empty() && dr.service.is_none());
+        let rolled = said(&d, Reason::DisasterRecoveryRolledBack);
+        assert!(rolled[0].0, "{rolled:?}");
+        // Failed stays while the spec asks for the same setup.
+        let d = decide_seeing(&g, &up, 500, kept);
+        assert_eq!(d.status.disaster_recovery, Some(dr));
+        assert_eq!(removes(&d), []);
+        assert!(d.events.is_empty(), "{:?}", d.events);
+    }
+
+    /// A workload a setup changes that is gone fails the setup at once; one put back that does not pass
+    /// its stability check is said, counted back, and the rest goes on.
+    #[test]
+    fn a_workload_gone_fails_the_setup_and_one_unstable_when_put_back_is_said() {
+        let (mut g, mark) = wanting();
+        let c = component(&before_setup());
+        g.status = Some(with_setup(Phase::SettingUp, &mark, c.clone()));
+        let (_, dr) = step(&mut g, &[], 0, DrObjects::default());
+        let dr = dr.unwrap();
+        assert_eq!(
+            (dr.phase, dr.failure.as_deref()),
+            (Phase::RollingBack, Some("core-hub is gone"))
+        );
+
+        let mut c = c;
+        c.state = State::Restoring;
+        c.changed_at = Some(at(0));
+        g.status = Some(with_setup(Phase::TearingDown, &mark, c));
+        g.spec.disaster_recovery = None;
+        let down = [back(false, None)];
+        let (_, dr) = step(&mut g, &down, 59, DrObjects::default());
+        assert_eq!(dr.unwrap().components[0].state, State::Restoring);
+        let (d, _) = step(&mut g, &down, 61, DrObjects::default());
+        let unstable = said(&d, Reason::DisasterRecoveryRestoreNotStable);
+        assert!(
+            unstable[0].0 && unstable[0].1.contains("did not pass its stability check"),
+            "{unstable:?}"
+        );
+        // Nothing else to put back and nothing made: the pair is taken down.
+        assert_eq!(d.status.disaster_recovery, None);
+        assert_eq!(said(&d, Reason::DisasterRecoveryRemoved).len(), 1);
+    }
+
+    /// A setup GKO cannot make is refused with why and changes nothing; an active pair asked for
+    /// settings it cannot take keeps running as it is; one asked for settings it can take sets up again
+    /// from the environment as it was before the first setup.
+    #[test]
+    fn a_setup_gko_cannot_make_is_refused_and_an_active_pair_keeps_running() {
+        let (mut g, mark) = wanting();
+        let secret = "Secret gluesync-disaster-recovery";
+        for (state, why) in [
+            (
+                SecretState::NotAllowed,
+                "does not allow it to read Secret gluesync-disaster-recovery",
+            ),
+            (
+                SecretState::Missing,
+                "Secret gluesync-disaster-recovery does not exist",
+            ),
+            (SecretState::NoKey, "has no sharedSecret"),
+            (
+                SecretState::Unreadable("timeout".into()),
+                "reading Secret gluesync-disaster-recovery: timeout",
+            ),
+            (SecretState::Unknown, "was not read"),
+        ] {
+            g.status = None;
+            let d = decide_seeing(
+                &g,
+                &[before_setup()],
+                0,
+                DrObjects {
+                    secret: state,
+                    service: false,
+                },
+            );
+            let dr = d.status.disaster_recovery.clone().unwrap();
+            assert_eq!(dr.phase, Phase::Failed, "{why}");
+            assert!(
+                dr.message
+                    .starts_with("the disaster-recovery setup is refused: ")
+            );
+            assert!(
+                dr.message.contains(secret) && dr.message.contains(why),
+                "{}",
+                dr.message
+            );
+            assert!(dr.components.is_empty());
+            assert!(
+                !d.actions
+                    .iter()
+                    .any(|a| matches!(a, Action::PatchWorkload { .. }))
+            );
+            let refused = said(&d, Reason::DisasterRecoveryRefused);
+            assert_eq!(refused, [(true, dr.message.clone())]);
+        }
+        let present = || DrObjects {
+            secret: SecretState::Present { made_by_gko: false },
+            service: true,
+        };
+        // A template with a setup made by hand is refused.
+        g.status = None;
+        let by_hand = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "ports": [{"name": "dr-control", "containerPort": 1719}]}]}}));
+        let d = decide_seeing(&g, &[by_hand], 0, present());
+        let dr = d.status.disaster_recovery.unwrap();
+        assert_eq!(dr.phase, Phase::Failed);
+        assert!(
+            dr.message.contains("container port 1719 (dr-control)"),
+            "{}",
+            dr.message
+        );
+
+        // An active pair (Core Hub had GLUESYNC_DR_ROLE=standby before it) is asked for another peer.
+        let before = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "env": [{"name": "GLUESYNC_DR_ROLE", "value": "standby"}]}]}}));
+        let mut c = component(&before);
+        c.state = State::Ready;
+        let mut active = with_setup(Phase::Active, &mark, c.clone());
+        active.disaster_recovery.as_mut().unwrap().service_settings = Some(service_digest(&spec()));
+        let mut other = spec();
+        other.peer_address = "elsewhere".into();
+        g.spec.disaster_recovery = Some(other.clone());
+        let on_setup = [carrying(&mark, true)];
+        // Without the Secret the new settings are refused and the pair runs on as it is.
+        g.status = Some(active.clone());
+        let d = decide_seeing(
+            &g,
+            &on_setup,
+            0,
+            DrObjects {
+                secret: SecretState::Missing,
+                service: true,
+            },
+        );
+        let kept = d.status.disaster_recovery.clone().unwrap();
+        assert_eq!(
+            (kept.phase, kept.setup.as_str()),
+            (Phase::Active, mark.as_str())
+        );
+        assert_eq!(kept.components, vec![c.clone()]);
+        assert!(
+            kept.message
+                .starts_with("the new disaster-recovery settings are refused: ")
+        );
+        assert!(kept.message.contains("does not exist"), "{}", kept.message);
+        assert_eq!(said(&d, Reason::DisasterRecoveryRefused).len(), 1);
+        // With it, the new setup starts from what Core Hub carried before the first setup.
+        let d = decide_seeing(&g, &on_setup, 0, present());
+        let next = d.status.disaster_recovery.unwrap();
+        assert_eq!(next.phase, Phase::SettingUp);
+        assert_eq!(next.setup, setup_mark(&g, &other));
+        assert_eq!(next.peer_address, "elsewhere");
+        assert_eq!(next.service_settings, Some(service_digest(&spec())));
+        assert_eq!(next.components[0].original, c.original);
+        assert!(next.components[0].original.contains("standby"));
+    }
+
+    /// A refused setup no longer wanted goes with the Secret its request wrote; one asked again with
+    /// other settings starts again.
+    #[test]
+    fn a_refused_setup_goes_with_its_secret_or_starts_again_when_the_spec_changes() {
+        let (mut g, _) = wanting();
+        let d = decide_seeing(&g, &[before_setup()], 0, DrObjects::default());
+        let failed = d.status.disaster_recovery.clone().unwrap();
+        assert_eq!(failed.phase, Phase::Failed);
+        let mut other = spec();
+        other.revision = Some("2".into());
+        g.spec.disaster_recovery = Some(other);
+        g.status = Some(d.status);
+        let ready = DrObjects {
+            secret: SecretState::Present { made_by_gko: true },
+            service: false,
+        };
+        let d = decide_seeing(&g, &[before_setup()], 1, ready.clone());
+        assert_eq!(d.status.disaster_recovery.unwrap().phase, Phase::SettingUp);
+        g.spec.disaster_recovery = None;
+        let d = decide_seeing(&g, &[before_setup()], 1, ready);
+        assert_eq!(d.status.disaster_recovery, Some(failed.clone()));
+        let removes: Vec<_> = d
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::RemoveMade(..)))
+            .collect();
+        assert_eq!(
+            removes,
+            [&Action::RemoveMade(
+                Made::Secret,
+                failed.secret_name.clone()
+            )]
+        );
+        let d = decide_seeing(&g, &[before_setup()], 2, DrObjects::default());
+        assert_eq!(d.status.disaster_recovery, None);
+    }
+
+    #[test]
+    fn a_mount_or_volume_of_the_setups_names_is_a_setup_made_by_hand() {
+        let by_name = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "volumeMounts": [{"name": VOLUME, "mountPath": "/x"}]}]}}));
+        let why = collision(&by_name, "c", &spec()).unwrap();
+        assert!(
+            why.starts_with(
+                "StatefulSet core-hub already has volume mount gluesync-disaster-recovery at /x"
+            ),
+            "{why}"
+        );
+        let at_path = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "volumeMounts": [{"name": "other", "mountPath": MOUNT_PATH}]}]}}));
+        assert!(
+            collision(&at_path, "c", &spec())
+                .unwrap()
+                .contains("volume mount other")
+        );
+        let volume = core_hub(json!({"spec": {"containers": [{"name": "c"}],
+            "volumes": [{"name": VOLUME, "emptyDir": {}}]}}));
+        assert!(
+            collision(&volume, "c", &spec())
+                .unwrap()
+                .contains("already has volume gluesync-disaster-recovery,")
+        );
+        let elsewhere = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}]}}));
+        assert_eq!(collision(&elsewhere, "c", &spec()), None);
     }
 }
