@@ -1115,6 +1115,19 @@ mod tests {
         let plain = core_hub(json!({"spec": {"containers": [{"name": "c",
             "ports": [{"containerPort": 1717}]}]}}));
         assert_eq!(collision(&plain, "c", &spec()), None);
+        // A port is the setup's by its name alone, whatever its number.
+        for name in ["dr-replication", "dr-control"] {
+            let named = core_hub(json!({"spec": {"containers": [{"name": "c",
+                "ports": [{"name": name, "containerPort": 9999}]}]}}));
+            let why = collision(&named, "c", &spec()).expect(name);
+            assert!(
+                why.contains(&format!("container port 9999 ({name})")),
+                "{why}"
+            );
+        }
+        let http = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "ports": [{"name": "http", "containerPort": 8080}]}]}}));
+        assert_eq!(collision(&http, "c", &spec()), None);
         // The same ports under GKO's mark are a setup of GKO's, which a new setup may change.
         let by_gko = core_hub(json!({
             "metadata": {"annotations": {DR_ANNOTATION: "primary-0123"}},
@@ -1659,7 +1672,9 @@ mod tests {
         assert_eq!(dr.components[0].state, State::Restoring);
         assert_eq!(dr.components[0].changed_at, Some(at(62)));
         assert!(
-            dr.message.contains("putting core-hub back"),
+            dr.message
+                .starts_with("the disaster-recovery setup failed (StatefulSet core-hub")
+                && dr.message.ends_with("); putting core-hub back"),
             "{}",
             dr.message
         );
@@ -1750,9 +1765,34 @@ mod tests {
         c.changed_at = Some(at(0));
         g.status = Some(with_setup(Phase::TearingDown, &mark, c));
         g.spec.disaster_recovery = None;
-        let down = [back(false, None)];
-        let (_, dr) = step(&mut g, &down, 59, DrObjects::default());
+        // Rolling back to as it was: a new pod not ready yet, an old one of the setup still ready.
+        // Neither is deleted (only a pod of the setup that hangs is).
+        let mut down = back(false, None);
+        down.pods.push(PodView {
+            name: "core-hub-1".into(),
+            uid: "core-hub-1-uid".into(),
+            ..carrying(&mark, true).pods[0].clone()
+        });
+        let down = [down];
+        let (d, dr) = step(&mut g, &down, 59, DrObjects::default());
         assert_eq!(dr.unwrap().components[0].state, State::Restoring);
+        assert!(
+            !d.actions.iter().any(|a| matches!(a, Action::DeletePod(_))),
+            "{:?}",
+            d.actions
+        );
+        let message = &g
+            .status
+            .as_ref()
+            .unwrap()
+            .disaster_recovery
+            .as_ref()
+            .unwrap()
+            .message;
+        assert_eq!(
+            message,
+            "taking the disaster-recovery pair down: putting core-hub back"
+        );
         let (d, _) = step(&mut g, &down, 61, DrObjects::default());
         let unstable = said(&d, Reason::DisasterRecoveryRestoreNotStable);
         assert!(
@@ -1945,5 +1985,220 @@ mod tests {
             "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
             "volumes": [{"name": "data", "emptyDir": {}}]}}));
         assert_eq!(collision(&elsewhere, "c", &spec()), None);
+    }
+
+    /// `w` (built as Core Hub) as the Chronos module.
+    fn as_chronos(w: Workload) -> Workload {
+        let pods = w
+            .pods
+            .iter()
+            .map(|p| PodView {
+                name: "chronos-0".into(),
+                uid: "chronos-0-uid".into(),
+                ..p.clone()
+            })
+            .collect();
+        Workload {
+            name: "chronos".into(),
+            uid: "chronos-uid".into(),
+            component_type: Some(ComponentType::Module),
+            label_value: "chronos".into(),
+            image: "molo17/gluesync-chronos:0.3.2".into(),
+            pods,
+            ..w
+        }
+    }
+
+    /// The workloads `d` patches, by name.
+    fn patched(d: &Decision) -> Vec<&str> {
+        d.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::PatchWorkload { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A setup changes Core Hub, then Chronos, one at a time, each found by its kind and name; a
+    /// teardown puts back the last changed first; a setup made by hand on Core Hub refuses the whole
+    /// setup, whatever Chronos carries.
+    #[test]
+    fn a_setup_changes_one_workload_at_a_time_and_puts_back_the_last_changed_first() {
+        let (mut g, mark) = wanting();
+        let present = || DrObjects {
+            secret: SecretState::Present { made_by_gko: false },
+            service: false,
+        };
+        let by_hand = core_hub(json!({"spec": {"containers": [{"name": "c"}],
+            "volumes": [{"name": VOLUME, "emptyDir": {}}]}}));
+        let d = decide_seeing(&g, &[by_hand, as_chronos(before_setup())], 0, present());
+        let refused = d.status.disaster_recovery.unwrap();
+        assert_eq!(refused.phase, Phase::Failed);
+        assert!(
+            refused
+                .message
+                .contains("StatefulSet core-hub already has volume"),
+            "{}",
+            refused.message
+        );
+
+        let states = |dr: Option<DisasterRecoveryStatus>| -> Vec<State> {
+            dr.unwrap().components.iter().map(|c| c.state).collect()
+        };
+        let both = [before_setup(), as_chronos(before_setup())];
+        let (_, dr) = step(&mut g, &both, 0, present());
+        let dr = dr.unwrap();
+        assert!(
+            dr.message.ends_with("changing core-hub, chronos"),
+            "{}",
+            dr.message
+        );
+        let (_, dr) = step(&mut g, &both, 1, present());
+        assert_eq!(states(dr), [State::RollingOut, State::Pending]);
+        let (d, _) = step(&mut g, &both, 2, present());
+        assert_eq!(patched(&d), ["core-hub"]);
+        let core_on = [carrying(&mark, true), as_chronos(before_setup())];
+        step(&mut g, &core_on, 3, present());
+        let (_, dr) = step(&mut g, &core_on, 12, present());
+        assert_eq!(states(dr), [State::RollingOut, State::Pending]);
+        // Core Hub passed its check: Chronos is next.
+        let (_, dr) = step(&mut g, &core_on, 13, present());
+        assert_eq!(states(dr), [State::Ready, State::RollingOut]);
+        let (d, _) = step(&mut g, &core_on, 14, present());
+        assert_eq!(patched(&d), ["chronos"]);
+
+        // Taken down before Chronos passed its check: Chronos, changed last, is put back first.
+        let both_on = [carrying(&mark, true), as_chronos(carrying(&mark, true))];
+        g.spec.disaster_recovery = None;
+        let (_, dr) = step(&mut g, &both_on, 15, present());
+        assert_eq!(dr.unwrap().phase, Phase::TearingDown);
+        let (_, dr) = step(&mut g, &both_on, 16, present());
+        assert_eq!(states(dr), [State::Ready, State::Restoring]);
+        let (d, _) = step(&mut g, &both_on, 17, present());
+        assert_eq!(patched(&d), ["chronos"]);
+    }
+
+    /// A workload is clean only when nothing of a setup is left on it: any one of the setup's marks
+    /// alone is a leftover; the install's own ports, mounts, volumes and environment are not.
+    #[test]
+    fn anything_a_setup_leaves_keeps_a_workload_from_being_clean() {
+        let base = json!({"spec": {"containers": [{"name": "c",
+            "env": [{"name": "A", "value": "1"}, {"name": "GLUESYNC_DR_ROLE", "value": "standby"}],
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}]}});
+        let c = component(&core_hub(base.clone()));
+        assert!(c.original.contains("standby"), "{}", c.original);
+        assert!(clean(&core_hub(base.clone()), &c));
+        let leftovers: [(&str, fn(&mut Value)); 7] = [
+            ("the mark", |t| {
+                t["metadata"] = json!({"annotations": {DR_ANNOTATION: "primary-x"}})
+            }),
+            ("the replication port", |t| {
+                t["spec"]["containers"][0]["ports"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "dr-replication", "containerPort": 1718}))
+            }),
+            ("the control port", |t| {
+                t["spec"]["containers"][0]["ports"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "dr-control", "containerPort": 9999}))
+            }),
+            ("the mount", |t| {
+                t["spec"]["containers"][0]["volumeMounts"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": VOLUME, "mountPath": MOUNT_PATH}))
+            }),
+            ("the volume", |t| {
+                t["spec"]["volumes"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": VOLUME, "secret": {"secretName": "s"}}))
+            }),
+            ("a variable the setup changed", |t| {
+                t["spec"]["containers"][0]["env"][1]["value"] = json!("primary")
+            }),
+            ("a variable the setup added", |t| {
+                t["spec"]["containers"][0]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "GLUESYNC_DR_ENABLED", "value": "true"}))
+            }),
+        ];
+        for (what, leave) in leftovers {
+            let mut t = base.clone();
+            leave(&mut t);
+            assert!(!clean(&core_hub(t), &c), "{what} is left");
+        }
+    }
+
+    /// A setup asked again with another port takes the old port out and leaves the install's own;
+    /// putting back takes out only what the setup made, and names only the variables it changed; a
+    /// patch carries no empty list (it would replace the workload's).
+    #[test]
+    fn a_patch_touches_only_what_a_setup_makes() {
+        let g = gsp();
+        let before = core_hub(json!({"spec": {"containers": [{"name": "c",
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}]}}));
+        let c = component(&before);
+        let set = core_hub(json!({
+            "metadata": {"annotations": {DR_ANNOTATION: "primary-x"}},
+            "spec": {"containers": [{"name": "c",
+                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}],
+                "ports": [{"name": "http", "containerPort": 8080},
+                          {"name": "dr-replication", "containerPort": 1718},
+                          {"name": "dr-control", "containerPort": 1719}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                 {"name": VOLUME, "mountPath": MOUNT_PATH}]}],
+                "volumes": [{"name": "data", "emptyDir": {}},
+                            {"name": VOLUME, "secret": {"secretName": "s"}}]}}));
+        let mut moved = spec();
+        moved.replication_port = 2718;
+        let again = patch(&g, &set, &c, Some((&moved, "primary-y")));
+        let ports = again["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .unwrap();
+        let deleted: Vec<&Value> = ports
+            .iter()
+            .filter(|p| p["$patch"] == "delete")
+            .map(|p| &p["containerPort"])
+            .collect();
+        assert_eq!(deleted, [&json!(1718)], "{ports:?}");
+        let given: Vec<(&Value, &Value)> = ports
+            .iter()
+            .filter(|p| p.get("$patch").is_none())
+            .map(|p| (&p["name"], &p["containerPort"]))
+            .collect();
+        assert_eq!(
+            given,
+            [
+                (&json!("dr-replication"), &json!(2718)),
+                (&json!("dr-control"), &json!(1719))
+            ]
+        );
+
+        let back = patch(&g, &set, &c, None);
+        assert_eq!(
+            back["spec"]["template"]["spec"],
+            json!({
+                "containers": [{"name": "c",
+                    "env": [{"name": "GLUESYNC_DR_ENABLED", "$patch": "delete"}],
+                    "ports": [{"containerPort": 1718, "$patch": "delete"},
+                              {"containerPort": 1719, "$patch": "delete"}],
+                    "volumeMounts": [{"mountPath": MOUNT_PATH, "$patch": "delete"}]}],
+                "volumes": [{"name": VOLUME, "$patch": "delete"}]})
+        );
+        let only_env = patch(&g, &left_by_setup(), &component(&before_setup()), None);
+        assert_eq!(
+            only_env["spec"]["template"]["spec"],
+            json!({"containers": [{"name": "c",
+                "env": [{"name": "GLUESYNC_DR_ENABLED", "$patch": "delete"}]}]})
+        );
     }
 }
