@@ -1085,6 +1085,111 @@ mod tests {
         assert_eq!(spec.request_id.as_deref(), Some("r1"));
         assert_eq!(spec.update_policy, UpdatePolicy::Gitops);
     }
+
+    /// The names GKO prints, labels and puts in reasons are the wire names the status and the spec carry,
+    /// and a label names its component type back.
+    #[test]
+    fn the_names_gko_says_are_the_wire_names() {
+        fn wire(v: impl Serialize) -> String {
+            serde_json::to_value(v)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+        use DisasterRecoveryPhase as Dr;
+        let said: Vec<(&str, String)> = [
+            (ReleaseChannel::Ga.as_str(), wire(ReleaseChannel::Ga)),
+            (ReleaseChannel::Beta.as_str(), wire(ReleaseChannel::Beta)),
+            (ReleaseChannel::Alpha.as_str(), wire(ReleaseChannel::Alpha)),
+            (Phase::Current.as_str(), wire(Phase::Current)),
+            (
+                Phase::UpdateAvailable.as_str(),
+                wire(Phase::UpdateAvailable),
+            ),
+            (Phase::Updating.as_str(), wire(Phase::Updating)),
+            (Phase::Degraded.as_str(), wire(Phase::Degraded)),
+            (Phase::Failed.as_str(), wire(Phase::Failed)),
+            (
+                SelfUpdatePhase::Scheduled.as_str(),
+                wire(SelfUpdatePhase::Scheduled),
+            ),
+            (
+                SelfUpdatePhase::RollingOut.as_str(),
+                wire(SelfUpdatePhase::RollingOut),
+            ),
+            (
+                SelfUpdatePhase::RollingBack.as_str(),
+                wire(SelfUpdatePhase::RollingBack),
+            ),
+            (
+                DisasterRecoveryRole::Primary.as_str(),
+                wire(DisasterRecoveryRole::Primary),
+            ),
+            (
+                DisasterRecoveryRole::Secondary.as_str(),
+                wire(DisasterRecoveryRole::Secondary),
+            ),
+            (
+                ServiceType::LoadBalancer.as_str(),
+                wire(ServiceType::LoadBalancer),
+            ),
+            (ServiceType::NodePort.as_str(), wire(ServiceType::NodePort)),
+            (
+                ServiceType::ClusterIP.as_str(),
+                wire(ServiceType::ClusterIP),
+            ),
+            (Dr::SettingUp.as_str(), wire(Dr::SettingUp)),
+            (Dr::Active.as_str(), wire(Dr::Active)),
+            (Dr::RollingBack.as_str(), wire(Dr::RollingBack)),
+            (Dr::Failed.as_str(), wire(Dr::Failed)),
+            (Dr::TearingDown.as_str(), wire(Dr::TearingDown)),
+        ]
+        .into_iter()
+        .collect();
+        for (name, on_the_wire) in &said {
+            assert_eq!(name, on_the_wire);
+        }
+        let names: Vec<&str> = said.iter().map(|s| s.0).collect();
+        assert_eq!(
+            names,
+            [
+                "ga",
+                "beta",
+                "alpha",
+                "Current",
+                "UpdateAvailable",
+                "Updating",
+                "Degraded",
+                "Failed",
+                "Scheduled",
+                "RollingOut",
+                "RollingBack",
+                "primary",
+                "secondary",
+                "LoadBalancer",
+                "NodePort",
+                "ClusterIP",
+                "SettingUp",
+                "Active",
+                "RollingBack",
+                "Failed",
+                "TearingDown"
+            ]
+        );
+        // The component types, by their `com.molo17.conductor.type` label.
+        for (t, label) in [
+            (ComponentType::CoreHub, "core-hub"),
+            (ComponentType::Agent, "agent"),
+            (ComponentType::Module, "module"),
+            (ComponentType::ThirdParty, "third-party"),
+            (ComponentType::Operator, "operator"),
+        ] {
+            assert_eq!((t.as_label(), wire(t)), (label, label.to_string()));
+            assert_eq!(ComponentType::from_label(label), Some(t));
+        }
+        assert_eq!(ComponentType::from_label("database"), None);
+    }
 }
 
 /// A host name or an IP address: what a peer address may be.
