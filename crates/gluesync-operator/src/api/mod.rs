@@ -1086,8 +1086,8 @@ mod tests {
         assert_eq!(spec.update_policy, UpdatePolicy::Gitops);
     }
 
-    /// The names GKO prints, labels and puts in reasons are the wire names the status and the spec carry,
-    /// and a label names its component type back.
+    /// The names GKO prints, labels with and builds condition reasons from are the wire names the
+    /// status and the spec carry, and a label names its component type back.
     #[test]
     fn the_names_gko_says_are_the_wire_names() {
         fn wire(v: impl Serialize) -> String {
@@ -1145,8 +1145,7 @@ mod tests {
             (Dr::Failed.as_str(), wire(Dr::Failed)),
             (Dr::TearingDown.as_str(), wire(Dr::TearingDown)),
         ]
-        .into_iter()
-        .collect();
+        .into();
         for (name, on_the_wire) in &said {
             assert_eq!(name, on_the_wire);
         }

@@ -1166,12 +1166,9 @@ mod tests {
         core_hub(json!({"spec": {"containers": [{"name": "c"}]}}))
     }
 
-    /// Core Hub as a setup left it (its mark and one variable).
+    /// Core Hub as a setup left it (its mark and one variable), its pod up on it.
     fn left_by_setup() -> Workload {
-        core_hub(json!({
-            "metadata": {"annotations": {DR_ANNOTATION: "primary-x"}},
-            "spec": {"containers": [{"name": "c",
-                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}))
+        carrying("primary-x", true)
     }
 
     /// The decision at second `t` on these workloads.
@@ -1198,7 +1195,7 @@ mod tests {
 
     /// Decides at second `t` and keeps the status the decision writes, as GKO does; returns the
     /// decision and the setup it leaves.
-    fn step(
+    fn decide_and_write(
         g: &mut GluesyncPlatform,
         workloads: &[Workload],
         t: i64,
@@ -1222,38 +1219,134 @@ mod tests {
         (g, mark)
     }
 
-    /// Core Hub whose template carries the setup `mark`, with one pod on it, ready or not.
-    fn carrying(mark: &str, ready: bool) -> Workload {
-        let mut w = core_hub(json!({
-            "metadata": {"annotations": {DR_ANNOTATION: mark}},
-            "spec": {"containers": [{"name": "c",
-                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}));
-        w.ready = ready;
-        w.pods = vec![PodView {
-            dr_mark: Some(mark.into()),
-            ..pod("core-hub", &w.image, ready, 0)
-        }];
-        w
-    }
-
-    /// Core Hub as it was before the setup, its one pod ready or not, on the setup `mark` or not.
-    fn back(ready: bool, mark: Option<&str>) -> Workload {
-        let mut w = before_setup();
+    /// `w` with one pod, ready or not, on the setup `mark` or on none.
+    fn with_pod(mut w: Workload, ready: bool, mark: Option<&str>) -> Workload {
         w.ready = ready;
         w.pods = vec![PodView {
             dr_mark: mark.map(Into::into),
-            ..pod("core-hub", &w.image, ready, 0)
+            ..pod(&w.name, &w.image, ready, 0)
         }];
         w
     }
 
+    /// Core Hub whose template carries the setup `mark` (and one of its variables), its pod on it,
+    /// ready or not.
+    fn carrying(mark: &str, ready: bool) -> Workload {
+        let w = core_hub(json!({
+            "metadata": {"annotations": {DR_ANNOTATION: mark}},
+            "spec": {"containers": [{"name": "c",
+                "env": [{"name": "GLUESYNC_DR_ENABLED", "value": "true"}]}]}}));
+        with_pod(w, ready, Some(mark))
+    }
+
+    /// Core Hub as it was before the setup, its pod ready or not, on the setup `mark` or on none.
+    fn put_back(ready: bool, mark: Option<&str>) -> Workload {
+        with_pod(before_setup(), ready, mark)
+    }
+
+    /// `w` (built as Core Hub) as the Chronos module.
+    fn as_chronos(w: Workload) -> Workload {
+        let pods = w
+            .pods
+            .iter()
+            .map(|p| PodView {
+                name: "chronos-0".into(),
+                uid: "chronos-0-uid".into(),
+                ..p.clone()
+            })
+            .collect();
+        Workload {
+            name: "chronos".into(),
+            uid: "chronos-uid".into(),
+            component_type: Some(ComponentType::Module),
+            label_value: "chronos".into(),
+            image: "molo17/gluesync-chronos:0.3.2".into(),
+            pods,
+            ..w
+        }
+    }
+
+    /// The pair's Secret as `secret`, its Service there or not.
+    fn objects(secret: SecretState, service: bool) -> DrObjects {
+        DrObjects { secret, service }
+    }
+
+    /// A Secret of the user's holding the shared secret.
+    fn users() -> SecretState {
+        SecretState::Present { made_by_gko: false }
+    }
+
     /// The events of `d` with this reason: (warning, message).
-    fn said(d: &Decision, reason: crate::api::Reason) -> Vec<(bool, String)> {
+    fn said(d: &Decision, reason: Reason) -> Vec<(bool, String)> {
         d.events
             .iter()
             .filter(|e| e.reason == reason)
             .map(|e| (e.warning, e.message.clone()))
             .collect()
+    }
+
+    /// The workloads `d` patches, by name.
+    fn patched(d: &Decision) -> Vec<&str> {
+        d.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::PatchWorkload { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The patch `d` makes to the workload `name`.
+    fn patch_of<'d>(d: &'d Decision, name: &str) -> Option<&'d Value> {
+        d.actions.iter().find_map(|a| match a {
+            Action::PatchWorkload { name: n, patch, .. } if n == name => Some(patch),
+            _ => None,
+        })
+    }
+
+    /// The Services `d` writes.
+    fn services(d: &Decision) -> Vec<&k8s_openapi::api::core::v1::Service> {
+        d.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ApplyService(s) => Some(&**s),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What `d` asks removed of what a setup made.
+    fn removes(d: &Decision) -> Vec<&Action> {
+        d.actions
+            .iter()
+            .filter(|a| matches!(a, Action::RemoveMade(..)))
+            .collect()
+    }
+
+    /// The pods `d` deletes.
+    fn deleted(d: &Decision) -> Vec<&str> {
+        d.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod(p) => Some(p.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `d` changes no workload and no Service, and removes and deletes nothing.
+    fn changes_nothing(d: &Decision) -> bool {
+        patched(d).is_empty()
+            && services(d).is_empty()
+            && removes(d).is_empty()
+            && deleted(d).is_empty()
+    }
+
+    /// `d` says nothing of disaster recovery.
+    fn says_nothing_of_the_pair(d: &Decision) -> bool {
+        d.events
+            .iter()
+            .all(|e| !<&str>::from(e.reason).starts_with("DisasterRecovery"))
     }
 
     /// A setup changes Core Hub and every Chronos (by its image's name, whatever its registry), no other
@@ -1353,8 +1446,8 @@ mod tests {
                 "let go at {t} s"
             );
         }
-        let said = let_go_before(&decide(270), "the disaster-recovery teardown");
-        assert!(said.contains("four stability timeouts"), "{said}");
+        let warning = let_go_before(&decide(270), "the disaster-recovery teardown");
+        assert!(warning.contains("four stability timeouts"), "{warning}");
     }
 
     /// The pair's Secret is `<platform>-disaster-recovery` unless the spec names one, and the setup
@@ -1513,76 +1606,69 @@ mod tests {
         );
     }
 
-    /// A setup changes one workload at a time: Core Hub gets the setup, passes its stability check on
-    /// it, and only then is the Service published; the pair is active once the Service is there.
+    /// Core Hub gets the setup (the step written before the change is made), passes its stability
+    /// check on it, and only then is the Service published; the pair is active once the Service is there.
     #[test]
     fn a_setup_rolls_core_hub_then_publishes_the_service_then_is_active() {
         let (mut g, mark) = wanting();
-        let present = |service| DrObjects {
-            secret: SecretState::Present { made_by_gko: false },
-            service,
-        };
-        let (d, dr) = step(&mut g, &[before_setup()], 0, present(false));
+        let before = [before_setup()];
+        let (d, dr) = decide_and_write(&mut g, &before, 0, objects(users(), false));
         let dr = dr.unwrap();
         assert_eq!(dr.phase, Phase::SettingUp);
         assert_eq!(dr.components[0].original, "[]");
         assert!(d.again);
-        assert_eq!(said(&d, Reason::DisasterRecoveryStarted).len(), 1);
-        // The component rolls out: the change is written first, then made.
-        let (d, dr) = step(&mut g, &[before_setup()], 1, present(false));
-        assert_eq!(dr.unwrap().components[0].state, State::RollingOut);
-        assert!(d.actions.is_empty(), "{:?}", d.actions);
-        let (d, _) = step(&mut g, &[before_setup()], 2, present(false));
-        let patched = d
-            .actions
-            .iter()
-            .find_map(|a| match a {
-                Action::PatchWorkload { name, patch, .. } if name == "core-hub" => Some(patch),
-                _ => None,
-            })
-            .expect("Core Hub is given the setup");
         assert_eq!(
-            patched["spec"]["template"]["metadata"]["annotations"][DR_ANNOTATION],
+            said(&d, Reason::DisasterRecoveryStarted),
+            [(false, dr.message.clone())]
+        );
+        // The component rolls out: the change is written first, then made.
+        let (d, dr) = decide_and_write(&mut g, &before, 1, objects(users(), false));
+        assert_eq!(dr.unwrap().components[0].state, State::RollingOut);
+        assert!(changes_nothing(&d), "{:?}", d.actions);
+        let (d, _) = decide_and_write(&mut g, &before, 2, objects(users(), false));
+        let given = patch_of(&d, "core-hub").expect("Core Hub is given the setup");
+        assert_eq!(
+            given["spec"]["template"]["metadata"]["annotations"][DR_ANNOTATION],
             mark.as_str()
         );
         // On the setup, ready: the stability window runs; no Service before it ends.
         let on_setup = [carrying(&mark, true)];
-        let (d, dr) = step(&mut g, &on_setup, 3, present(false));
+        let (d, dr) = decide_and_write(&mut g, &on_setup, 3, objects(users(), false));
         let dr = dr.unwrap();
         assert_eq!(dr.components[0].state, State::RollingOut);
         assert!(dr.message.contains("core-hub rolls out"), "{}", dr.message);
-        assert!(
-            !d.actions
-                .iter()
-                .any(|a| matches!(a, Action::ApplyService(_)))
-        );
-        let (d, dr) = step(&mut g, &on_setup, 13, present(false));
+        assert!(changes_nothing(&d), "{:?}", d.actions);
+        let (d, dr) = decide_and_write(&mut g, &on_setup, 13, objects(users(), false));
         assert_eq!(dr.unwrap().components[0].state, State::Ready);
-        assert_eq!(said(&d, Reason::DisasterRecoveryWorkloadReady).len(), 1);
-        assert!(d.again);
-        let (d, _) = step(&mut g, &on_setup, 13, present(false));
-        let published = d
-            .actions
-            .iter()
-            .find_map(|a| match a {
-                Action::ApplyService(s) => Some(s),
-                _ => None,
-            })
-            .expect("the Service is published once every workload is ready");
         assert_eq!(
-            published.metadata.name.as_deref(),
+            said(&d, Reason::DisasterRecoveryWorkloadReady),
+            [(
+                false,
+                "StatefulSet core-hub carries the disaster-recovery setup and passed its stability check"
+                    .to_string()
+            )]
+        );
+        assert!(d.again);
+        let (d, _) = decide_and_write(&mut g, &on_setup, 13, objects(users(), false));
+        let published = services(&d);
+        assert_eq!(published.len(), 1, "once every workload is ready");
+        assert_eq!(
+            published[0].metadata.name.as_deref(),
             Some("gluesync-disaster-recovery")
         );
-        let (d, dr) = step(&mut g, &on_setup, 14, present(true));
+        let (d, dr) = decide_and_write(&mut g, &on_setup, 14, objects(users(), true));
         let dr = dr.unwrap();
         assert_eq!(dr.phase, Phase::Active);
         assert_eq!(dr.service.as_deref(), Some("gluesync-disaster-recovery"));
-        assert_eq!(said(&d, Reason::DisasterRecoveryActive).len(), 1);
+        assert_eq!(
+            said(&d, Reason::DisasterRecoveryActive),
+            [(false, dr.message.clone())]
+        );
         assert!(dr.message.contains("ports 1718 and 1719"), "{}", dr.message);
     }
 
     /// An active pair whose workload lost the setup outside GKO sets it again; a Service gone or whose
-    /// settings changed is written again; else nothing is done.
+    /// settings changed is written again, without touching the workloads; else nothing is done.
     #[test]
     fn an_active_pair_sets_again_what_changed_outside_gko() {
         let (mut g, mark) = wanting();
@@ -1594,29 +1680,21 @@ mod tests {
         pair.service_settings = Some(service_digest(&spec()));
         g.status = Some(status.clone());
         let on_setup = [carrying(&mark, true)];
-        let objects = |service| DrObjects {
-            secret: SecretState::Present { made_by_gko: false },
-            service,
-        };
-        let d = decide_seeing(&g, &on_setup, 0, objects(true));
-        assert!(d.actions.is_empty(), "{:?}", d.actions);
+        let d = decide_seeing(&g, &on_setup, 0, objects(users(), true));
+        assert!(changes_nothing(&d), "{:?}", d.actions);
         assert_eq!(d.status.disaster_recovery, status.disaster_recovery);
 
-        let applies = |d: &Decision| {
-            d.actions
-                .iter()
-                .filter(|a| matches!(a, Action::ApplyService(_)))
-                .count()
-        };
-        let d = decide_seeing(&g, &on_setup, 0, objects(false));
-        assert_eq!(applies(&d), 1, "the Service gone is made again");
+        let d = decide_seeing(&g, &on_setup, 0, objects(users(), false));
+        assert_eq!(services(&d).len(), 1, "the Service gone is made again");
+        assert_eq!(patched(&d), Vec::<&str>::new());
 
         let mut changed = spec();
         changed.service.annotations.insert("a".into(), "b".into());
         g.spec.disaster_recovery = Some(changed.clone());
         assert_eq!(setup_mark(&g, &changed), mark, "the pods do not change");
-        let d = decide_seeing(&g, &on_setup, 0, objects(true));
-        assert_eq!(applies(&d), 1, "the new settings are written");
+        let d = decide_seeing(&g, &on_setup, 0, objects(users(), true));
+        assert_eq!(services(&d).len(), 1, "the new settings are written");
+        assert_eq!(patched(&d), Vec::<&str>::new());
         let kept = d.status.disaster_recovery.unwrap();
         assert_eq!(kept.phase, Phase::Active);
         assert_eq!(
@@ -1626,13 +1704,19 @@ mod tests {
 
         // Core Hub changed outside GKO (the setup's mark is gone): it is set again.
         g.spec.disaster_recovery = Some(spec());
-        let d = decide_seeing(&g, &[before_setup()], 5, objects(true));
+        let d = decide_seeing(&g, &[before_setup()], 5, objects(users(), true));
         let dr = d.status.disaster_recovery.clone().unwrap();
         assert_eq!(dr.phase, Phase::SettingUp);
         assert_eq!(dr.since, at(5));
         assert_eq!(dr.components[0].state, State::Pending);
-        let drift = said(&d, Reason::DisasterRecoveryDrift);
-        assert!(drift[0].0 && drift[0].1.contains("core-hub"), "{drift:?}");
+        assert_eq!(
+            said(&d, Reason::DisasterRecoveryDrift),
+            [(
+                true,
+                "core-hub no longer carry the disaster-recovery setup (changed outside GKO); setting it again"
+                    .to_string()
+            )]
+        );
         assert!(d.again);
     }
 
@@ -1643,165 +1727,171 @@ mod tests {
     fn a_workload_that_does_not_come_up_with_the_setup_puts_everything_back_then_fails() {
         let (mut g, mark) = wanting();
         let mut c = component(&before_setup());
+        c.state = State::RollingOut;
         c.changed_at = Some(at(0));
         g.status = Some(with_setup(Phase::SettingUp, &mark, c));
         let stuck = [carrying(&mark, false)];
         let none = DrObjects::default;
-        let (_, dr) = step(&mut g, &stuck, 59, none());
+        let (_, dr) = decide_and_write(&mut g, &stuck, 59, none());
         assert_eq!(dr.unwrap().phase, Phase::SettingUp, "within the timeout");
         // The fault lands where it claims: the stability check of Core Hub on the setup.
-        let (d, dr) = step(&mut g, &stuck, 61, none());
+        let (d, dr) = decide_and_write(&mut g, &stuck, 61, none());
         let dr = dr.unwrap();
+        let why = "not ready within 60 s (not every replica is updated and ready)";
+        assert_eq!(dr.components[0].message.as_deref(), Some(why));
+        let failure = format!("StatefulSet core-hub did not come up with the setup: {why}");
+        assert_eq!(dr.failure.as_deref(), Some(failure.as_str()));
         assert_eq!(dr.phase, Phase::RollingBack);
-        let failure = dr.failure.clone().unwrap();
-        assert!(
-            failure.starts_with(
-                "StatefulSet core-hub did not come up with the setup: not ready within 60 s"
-            ),
-            "{failure}"
-        );
-        assert!(dr.components[0].message.is_some());
-        let failed = said(&d, Reason::DisasterRecoveryFailed);
-        assert!(
-            failed[0].0 && failed[0].1.ends_with("putting every change back"),
-            "{failed:?}"
+        assert_eq!(
+            said(&d, Reason::DisasterRecoveryFailed),
+            [(true, format!("{failure}; putting every change back"))]
         );
         // Put back: the change is written first, then made.
-        let (d, dr) = step(&mut g, &stuck, 62, none());
+        let (d, dr) = decide_and_write(&mut g, &stuck, 62, none());
         let dr = dr.unwrap();
         assert_eq!(dr.components[0].state, State::Restoring);
         assert_eq!(dr.components[0].changed_at, Some(at(62)));
-        assert!(
-            dr.message
-                .starts_with("the disaster-recovery setup failed (StatefulSet core-hub")
-                && dr.message.ends_with("); putting core-hub back"),
-            "{}",
-            dr.message
+        assert_eq!(
+            dr.message,
+            format!("the disaster-recovery setup failed ({failure}); putting core-hub back")
         );
-        assert!(d.actions.is_empty(), "{:?}", d.actions);
-        let (d, _) = step(&mut g, &stuck, 63, none());
-        let restore = d
-            .actions
-            .iter()
-            .find_map(|a| match a {
-                Action::PatchWorkload { patch, .. } => Some(patch),
-                _ => None,
-            })
-            .expect("Core Hub is put back");
+        assert!(changes_nothing(&d), "{:?}", d.actions);
+        let (d, _) = decide_and_write(&mut g, &stuck, 63, none());
+        let restore = patch_of(&d, "core-hub").expect("Core Hub is put back");
         assert!(restore["spec"]["template"]["metadata"]["annotations"][DR_ANNOTATION].is_null());
         // Back as before, its pod of the setup hanging: it is deleted (a StatefulSet waits for it).
-        let (d, _) = step(&mut g, &[back(false, Some(&mark))], 64, none());
-        assert!(
-            d.actions.contains(&Action::DeletePod("core-hub-0".into())),
-            "{:?}",
-            d.actions
-        );
+        let (d, _) = decide_and_write(&mut g, &[put_back(false, Some(&mark))], 64, none());
+        assert_eq!(deleted(&d), ["core-hub-0"]);
         // Up as before: after the stability window, the Service and the Secret GKO wrote go.
-        let up = [back(true, None)];
-        let made = DrObjects {
-            secret: SecretState::Present { made_by_gko: true },
-            service: true,
-        };
-        let (d, _) = step(&mut g, &up, 65, made.clone());
-        assert!(
-            !d.actions
-                .iter()
-                .any(|a| matches!(a, Action::RemoveMade(..)))
-        );
-        let (d, dr) = step(&mut g, &up, 75, made);
+        let up = [put_back(true, None)];
+        let made = || objects(SecretState::Present { made_by_gko: true }, true);
+        let (d, _) = decide_and_write(&mut g, &up, 65, made());
+        assert_eq!(removes(&d), Vec::<&Action>::new());
+        let (d, dr) = decide_and_write(&mut g, &up, 75, made());
         let dr = dr.unwrap();
         assert_eq!(dr.components[0].state, State::Restored);
         assert_eq!(dr.phase, Phase::RollingBack, "until both are gone");
-        assert!(
-            d.actions
-                .contains(&Action::RemoveMade(Made::Service, service_name(&g)))
+        assert_eq!(
+            removes(&d),
+            [
+                &Action::RemoveMade(Made::Service, service_name(&g)),
+                &Action::RemoveMade(Made::Secret, "s".into())
+            ]
         );
-        assert!(
-            d.actions
-                .contains(&Action::RemoveMade(Made::Secret, "s".into()))
-        );
-        let kept = DrObjects {
-            secret: SecretState::Present { made_by_gko: false },
-            service: false,
-        };
-        let (d, dr) = step(&mut g, &up, 76, kept.clone());
-        let removes = |d: &Decision| {
-            d.actions
-                .iter()
-                .filter(|a| matches!(a, Action::RemoveMade(..)))
-                .cloned()
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(removes(&d), [], "a Secret the user made stays");
+        // The Service gone, the Secret emptied (no shared secret, no label): Failed.
+        let emptied = || objects(SecretState::NoKey, false);
+        let (d, dr) = decide_and_write(&mut g, &up, 76, emptied());
+        assert_eq!(removes(&d), Vec::<&Action>::new());
         let dr = dr.unwrap();
         assert_eq!(dr.phase, Phase::Failed);
         assert!(dr.message.contains(&failure), "{}", dr.message);
         assert!(dr.components.is_empty() && dr.service.is_none());
-        let rolled = said(&d, Reason::DisasterRecoveryRolledBack);
-        assert!(rolled[0].0, "{rolled:?}");
+        assert_eq!(
+            said(&d, Reason::DisasterRecoveryRolledBack),
+            [(true, dr.message.clone())]
+        );
         // Failed stays while the spec asks for the same setup.
-        let d = decide_seeing(&g, &up, 500, kept);
+        let d = decide_seeing(&g, &up, 500, emptied());
         assert_eq!(d.status.disaster_recovery, Some(dr));
-        assert_eq!(removes(&d), []);
-        assert!(d.events.is_empty(), "{:?}", d.events);
+        assert!(changes_nothing(&d), "{:?}", d.actions);
+        assert!(says_nothing_of_the_pair(&d), "{:?}", d.events);
     }
 
-    /// A workload a setup changes that is gone fails the setup at once; one put back that does not pass
-    /// its stability check is said, counted back, and the rest goes on.
+    /// A workload a setup changes that is gone fails the setup at once.
     #[test]
-    fn a_workload_gone_fails_the_setup_and_one_unstable_when_put_back_is_said() {
+    fn a_workload_gone_fails_the_setup_at_once() {
         let (mut g, mark) = wanting();
-        let c = component(&before_setup());
-        g.status = Some(with_setup(Phase::SettingUp, &mark, c.clone()));
-        let (_, dr) = step(&mut g, &[], 0, DrObjects::default());
-        let dr = dr.unwrap();
+        g.status = Some(with_setup(
+            Phase::SettingUp,
+            &mark,
+            component(&before_setup()),
+        ));
+        let d = decide_seeing(&g, &[], 0, objects(users(), false));
+        let dr = d.status.disaster_recovery.clone().unwrap();
         assert_eq!(
             (dr.phase, dr.failure.as_deref()),
             (Phase::RollingBack, Some("core-hub is gone"))
         );
-
-        let mut c = c;
-        c.state = State::Restoring;
-        c.changed_at = Some(at(0));
-        g.status = Some(with_setup(Phase::TearingDown, &mark, c));
-        g.spec.disaster_recovery = None;
-        // Rolling back to as it was: a new pod not ready yet, an old one of the setup still ready.
-        // Neither is deleted (only a pod of the setup that hangs is).
-        let mut down = back(false, None);
-        down.pods.push(PodView {
-            name: "core-hub-1".into(),
-            uid: "core-hub-1-uid".into(),
-            ..carrying(&mark, true).pods[0].clone()
-        });
-        let down = [down];
-        let (d, dr) = step(&mut g, &down, 59, DrObjects::default());
-        assert_eq!(dr.unwrap().components[0].state, State::Restoring);
-        assert!(
-            !d.actions.iter().any(|a| matches!(a, Action::DeletePod(_))),
-            "{:?}",
-            d.actions
-        );
-        let message = &g
-            .status
-            .as_ref()
-            .unwrap()
-            .disaster_recovery
-            .as_ref()
-            .unwrap()
-            .message;
         assert_eq!(
-            message,
-            "taking the disaster-recovery pair down: putting core-hub back"
+            said(&d, Reason::DisasterRecoveryFailed),
+            [(
+                true,
+                "core-hub is gone; putting every change back".to_string()
+            )]
         );
-        let (d, _) = step(&mut g, &down, 61, DrObjects::default());
-        let unstable = said(&d, Reason::DisasterRecoveryRestoreNotStable);
-        assert!(
-            unstable[0].0 && unstable[0].1.contains("did not pass its stability check"),
-            "{unstable:?}"
+    }
+
+    /// A teardown puts back Chronos, then Core Hub. Chronos is put back but does not pass its stability
+    /// check: that is said, it counts as back (nothing older to go back to), and the teardown goes on to
+    /// Core Hub; its new pod not ready yet and its old pod of the setup are not deleted. At the end the
+    /// Service goes and a Secret of the user's stays.
+    #[test]
+    fn a_workload_put_back_that_is_not_stable_is_said_and_the_teardown_goes_on() {
+        let (mut g, mark) = wanting();
+        g.spec.disaster_recovery = None;
+        let mut core = component(&before_setup());
+        core.state = State::Ready;
+        let mut chronos = component(&as_chronos(before_setup()));
+        chronos.state = State::Restoring;
+        chronos.changed_at = Some(at(0));
+        let mut status = with_setup(Phase::TearingDown, &mark, core);
+        let pair = status.disaster_recovery.as_mut().unwrap();
+        pair.components.push(chronos);
+        g.status = Some(status);
+        // Chronos as it was, a new pod not ready yet; an old pod of the setup still ready.
+        let mut chronos_back = as_chronos(put_back(false, None));
+        chronos_back.pods.push(PodView {
+            name: "chronos-1".into(),
+            uid: "chronos-1-uid".into(),
+            ..as_chronos(carrying(&mark, true)).pods[0].clone()
+        });
+        let down = [carrying(&mark, true), chronos_back];
+        let (d, dr) = decide_and_write(&mut g, &down, 59, objects(users(), true));
+        let dr = dr.unwrap();
+        let states: Vec<State> = dr.components.iter().map(|c| c.state).collect();
+        assert_eq!(states, [State::Ready, State::Restoring]);
+        assert_eq!(
+            dr.message,
+            "taking the disaster-recovery pair down: putting chronos back"
         );
-        // Nothing else to put back and nothing made: the pair is taken down.
-        assert_eq!(d.status.disaster_recovery, None);
+        assert!(changes_nothing(&d), "{:?}", d.actions);
+        // The fault lands where it claims: Chronos's stability check, at its timeout.
+        let (d, dr) = decide_and_write(&mut g, &down, 61, objects(users(), true));
+        let why = "not ready within 60 s (not every replica is updated and ready)";
+        assert_eq!(
+            said(&d, Reason::DisasterRecoveryRestoreNotStable),
+            [(
+                true,
+                format!(
+                    "StatefulSet chronos is back as it was before the setup but did not pass its stability check: {why}"
+                )
+            )]
+        );
+        let dr = dr.unwrap();
+        assert_eq!(dr.components[1].message.as_deref(), Some(why));
+        let states: Vec<State> = dr.components.iter().map(|c| c.state).collect();
+        assert_eq!(
+            states,
+            [State::Restoring, State::Restored],
+            "Core Hub is next"
+        );
+        // Core Hub put back and up: the Service goes, the user's Secret stays.
+        let back = [put_back(true, None), as_chronos(put_back(true, None))];
+        decide_and_write(&mut g, &back, 62, objects(users(), true));
+        let (d, dr) = decide_and_write(&mut g, &back, 72, objects(users(), true));
+        assert_eq!(
+            dr.unwrap().phase,
+            Phase::TearingDown,
+            "until the Service is gone"
+        );
+        assert_eq!(
+            removes(&d),
+            [&Action::RemoveMade(Made::Service, service_name(&g))]
+        );
+        let (d, dr) = decide_and_write(&mut g, &back, 73, objects(users(), false));
+        assert_eq!(dr, None);
         assert_eq!(said(&d, Reason::DisasterRecoveryRemoved).len(), 1);
+        assert_eq!(removes(&d), Vec::<&Action>::new());
     }
 
     /// A setup GKO cannot make is refused with why and changes nothing; an active pair asked for
@@ -1811,61 +1901,61 @@ mod tests {
     fn a_setup_gko_cannot_make_is_refused_and_an_active_pair_keeps_running() {
         let (mut g, mark) = wanting();
         let secret = "Secret gluesync-disaster-recovery";
-        for (state, why) in [
+        let before = [before_setup()];
+        let refusals = [
             (
+                &before[..],
                 SecretState::NotAllowed,
-                "does not allow it to read Secret gluesync-disaster-recovery",
+                format!("GKO's installation does not allow it to read {secret}"),
             ),
+            (&before, SecretState::Missing, format!("{secret} does not exist")),
+            (&before, SecretState::NoKey, format!("{secret} has no sharedSecret")),
             (
-                SecretState::Missing,
-                "Secret gluesync-disaster-recovery does not exist",
-            ),
-            (SecretState::NoKey, "has no sharedSecret"),
-            (
+                &before,
                 SecretState::Unreadable("timeout".into()),
-                "reading Secret gluesync-disaster-recovery: timeout",
+                format!("reading {secret}: timeout"),
             ),
-            (SecretState::Unknown, "was not read"),
-        ] {
+            (&before, SecretState::Unknown, format!("{secret} was not read")),
+            (
+                &[before_setup(), before_setup()],
+                users(),
+                "a disaster-recovery setup needs exactly one Core Hub workload, and 2 are labelled core-hub"
+                    .into(),
+            ),
+            (
+                &[Workload {
+                    container: None,
+                    ..before_setup()
+                }],
+                users(),
+                "StatefulSet core-hub has no container named by its gluesync.molo17.com/container annotation"
+                    .into(),
+            ),
+        ];
+        for (workloads, state, why) in refusals {
             g.status = None;
-            let d = decide_seeing(
-                &g,
-                &[before_setup()],
-                0,
-                DrObjects {
-                    secret: state,
-                    service: false,
-                },
-            );
+            let d = decide_seeing(&g, workloads, 0, objects(state, false));
             let dr = d.status.disaster_recovery.clone().unwrap();
             assert_eq!(dr.phase, Phase::Failed, "{why}");
             assert!(
                 dr.message
                     .starts_with("the disaster-recovery setup is refused: ")
-            );
-            assert!(
-                dr.message.contains(secret) && dr.message.contains(why),
+                    && dr.message.contains(&why),
                 "{}",
                 dr.message
             );
             assert!(dr.components.is_empty());
-            assert!(
-                !d.actions
-                    .iter()
-                    .any(|a| matches!(a, Action::PatchWorkload { .. }))
+            assert!(changes_nothing(&d), "{:?}", d.actions);
+            assert_eq!(
+                said(&d, Reason::DisasterRecoveryRefused),
+                [(true, dr.message.clone())]
             );
-            let refused = said(&d, Reason::DisasterRecoveryRefused);
-            assert_eq!(refused, [(true, dr.message.clone())]);
         }
-        let present = || DrObjects {
-            secret: SecretState::Present { made_by_gko: false },
-            service: true,
-        };
         // A template with a setup made by hand is refused.
         g.status = None;
         let by_hand = core_hub(json!({"spec": {"containers": [{"name": "c",
             "ports": [{"name": "dr-control", "containerPort": 1719}]}]}}));
-        let d = decide_seeing(&g, &[by_hand], 0, present());
+        let d = decide_seeing(&g, &[by_hand], 0, objects(users(), false));
         let dr = d.status.disaster_recovery.unwrap();
         assert_eq!(dr.phase, Phase::Failed);
         assert!(
@@ -1887,29 +1977,24 @@ mod tests {
         let on_setup = [carrying(&mark, true)];
         // Without the Secret the new settings are refused and the pair runs on as it is.
         g.status = Some(active.clone());
-        let d = decide_seeing(
-            &g,
-            &on_setup,
-            0,
-            DrObjects {
-                secret: SecretState::Missing,
-                service: true,
-            },
-        );
+        let d = decide_seeing(&g, &on_setup, 0, objects(SecretState::Missing, true));
         let kept = d.status.disaster_recovery.clone().unwrap();
         assert_eq!(
             (kept.phase, kept.setup.as_str()),
             (Phase::Active, mark.as_str())
         );
         assert_eq!(kept.components, vec![c.clone()]);
-        assert!(
-            kept.message
-                .starts_with("the new disaster-recovery settings are refused: ")
+        assert_eq!(
+            kept.message,
+            format!("the new disaster-recovery settings are refused: {secret} does not exist")
         );
-        assert!(kept.message.contains("does not exist"), "{}", kept.message);
-        assert_eq!(said(&d, Reason::DisasterRecoveryRefused).len(), 1);
+        assert_eq!(
+            said(&d, Reason::DisasterRecoveryRefused),
+            [(true, kept.message.clone())]
+        );
+        assert!(changes_nothing(&d), "{:?}", d.actions);
         // With it, the new setup starts from what Core Hub carried before the first setup.
-        let d = decide_seeing(&g, &on_setup, 0, present());
+        let d = decide_seeing(&g, &on_setup, 0, objects(users(), true));
         let next = d.status.disaster_recovery.unwrap();
         assert_eq!(next.phase, Phase::SettingUp);
         assert_eq!(next.setup, setup_mark(&g, &other));
@@ -1919,40 +2004,44 @@ mod tests {
         assert!(next.components[0].original.contains("standby"));
     }
 
-    /// A refused setup no longer wanted goes with the Secret its request wrote; one asked again with
-    /// other settings starts again.
+    /// A setup asked from the Core Hub UI whose Secret GKO wrote, refused (a setup made by hand on Core
+    /// Hub), goes with that Secret once no longer wanted; asked again with other settings, it starts
+    /// again.
     #[test]
     fn a_refused_setup_goes_with_its_secret_or_starts_again_when_the_spec_changes() {
         let (mut g, _) = wanting();
-        let d = decide_seeing(&g, &[before_setup()], 0, DrObjects::default());
+        let written = || objects(SecretState::Present { made_by_gko: true }, false);
+        let by_hand = [core_hub(json!({"spec": {"containers": [{"name": "c",
+            "volumeMounts": [{"name": "keys", "mountPath": MOUNT_PATH}]}]}}))];
+        let d = decide_seeing(&g, &by_hand, 0, written());
         let failed = d.status.disaster_recovery.clone().unwrap();
         assert_eq!(failed.phase, Phase::Failed);
+        assert!(
+            failed
+                .message
+                .contains("already has volume mount keys at /opt/gluesync/disaster-recovery"),
+            "{}",
+            failed.message
+        );
+        g.status = Some(d.status);
+        // Asked again with other settings, the mount taken out: it starts.
         let mut other = spec();
         other.revision = Some("2".into());
         g.spec.disaster_recovery = Some(other);
-        g.status = Some(d.status);
-        let ready = DrObjects {
-            secret: SecretState::Present { made_by_gko: true },
-            service: false,
-        };
-        let d = decide_seeing(&g, &[before_setup()], 1, ready.clone());
+        let d = decide_seeing(&g, &[before_setup()], 1, written());
         assert_eq!(d.status.disaster_recovery.unwrap().phase, Phase::SettingUp);
+        // No longer wanted: the Secret GKO wrote is emptied, then the setup goes.
         g.spec.disaster_recovery = None;
-        let d = decide_seeing(&g, &[before_setup()], 1, ready);
+        let d = decide_seeing(&g, &by_hand, 1, written());
         assert_eq!(d.status.disaster_recovery, Some(failed.clone()));
-        let removes: Vec<_> = d
-            .actions
-            .iter()
-            .filter(|a| matches!(a, Action::RemoveMade(..)))
-            .collect();
         assert_eq!(
-            removes,
+            removes(&d),
             [&Action::RemoveMade(
                 Made::Secret,
                 failed.secret_name.clone()
             )]
         );
-        let d = decide_seeing(&g, &[before_setup()], 2, DrObjects::default());
+        let d = decide_seeing(&g, &by_hand, 2, objects(SecretState::NoKey, false));
         assert_eq!(d.status.disaster_recovery, None);
     }
 
@@ -1987,49 +2076,13 @@ mod tests {
         assert_eq!(collision(&elsewhere, "c", &spec()), None);
     }
 
-    /// `w` (built as Core Hub) as the Chronos module.
-    fn as_chronos(w: Workload) -> Workload {
-        let pods = w
-            .pods
-            .iter()
-            .map(|p| PodView {
-                name: "chronos-0".into(),
-                uid: "chronos-0-uid".into(),
-                ..p.clone()
-            })
-            .collect();
-        Workload {
-            name: "chronos".into(),
-            uid: "chronos-uid".into(),
-            component_type: Some(ComponentType::Module),
-            label_value: "chronos".into(),
-            image: "molo17/gluesync-chronos:0.3.2".into(),
-            pods,
-            ..w
-        }
-    }
-
-    /// The workloads `d` patches, by name.
-    fn patched(d: &Decision) -> Vec<&str> {
-        d.actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::PatchWorkload { name, .. } => Some(name.as_str()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// A setup changes Core Hub, then Chronos, one at a time, each found by its kind and name; a
-    /// teardown puts back the last changed first; a setup made by hand on Core Hub refuses the whole
-    /// setup, whatever Chronos carries.
+    /// A setup changes Core Hub, then Chronos, one at a time, each found by its name; a teardown puts
+    /// back the last changed first; a setup made by hand on Core Hub refuses the whole setup, though
+    /// Chronos carries nothing of one.
     #[test]
     fn a_setup_changes_one_workload_at_a_time_and_puts_back_the_last_changed_first() {
         let (mut g, mark) = wanting();
-        let present = || DrObjects {
-            secret: SecretState::Present { made_by_gko: false },
-            service: false,
-        };
+        let present = || objects(users(), false);
         let by_hand = core_hub(json!({"spec": {"containers": [{"name": "c"}],
             "volumes": [{"name": VOLUME, "emptyDir": {}}]}}));
         let d = decide_seeing(&g, &[by_hand, as_chronos(before_setup())], 0, present());
@@ -2047,35 +2100,35 @@ mod tests {
             dr.unwrap().components.iter().map(|c| c.state).collect()
         };
         let both = [before_setup(), as_chronos(before_setup())];
-        let (_, dr) = step(&mut g, &both, 0, present());
+        let (_, dr) = decide_and_write(&mut g, &both, 0, present());
         let dr = dr.unwrap();
         assert!(
             dr.message.ends_with("changing core-hub, chronos"),
             "{}",
             dr.message
         );
-        let (_, dr) = step(&mut g, &both, 1, present());
+        let (_, dr) = decide_and_write(&mut g, &both, 1, present());
         assert_eq!(states(dr), [State::RollingOut, State::Pending]);
-        let (d, _) = step(&mut g, &both, 2, present());
+        let (d, _) = decide_and_write(&mut g, &both, 2, present());
         assert_eq!(patched(&d), ["core-hub"]);
         let core_on = [carrying(&mark, true), as_chronos(before_setup())];
-        step(&mut g, &core_on, 3, present());
-        let (_, dr) = step(&mut g, &core_on, 12, present());
+        decide_and_write(&mut g, &core_on, 3, present());
+        let (_, dr) = decide_and_write(&mut g, &core_on, 12, present());
         assert_eq!(states(dr), [State::RollingOut, State::Pending]);
         // Core Hub passed its check: Chronos is next.
-        let (_, dr) = step(&mut g, &core_on, 13, present());
+        let (_, dr) = decide_and_write(&mut g, &core_on, 13, present());
         assert_eq!(states(dr), [State::Ready, State::RollingOut]);
-        let (d, _) = step(&mut g, &core_on, 14, present());
+        let (d, _) = decide_and_write(&mut g, &core_on, 14, present());
         assert_eq!(patched(&d), ["chronos"]);
 
         // Taken down before Chronos passed its check: Chronos, changed last, is put back first.
         let both_on = [carrying(&mark, true), as_chronos(carrying(&mark, true))];
         g.spec.disaster_recovery = None;
-        let (_, dr) = step(&mut g, &both_on, 15, present());
+        let (_, dr) = decide_and_write(&mut g, &both_on, 15, present());
         assert_eq!(dr.unwrap().phase, Phase::TearingDown);
-        let (_, dr) = step(&mut g, &both_on, 16, present());
+        let (_, dr) = decide_and_write(&mut g, &both_on, 16, present());
         assert_eq!(states(dr), [State::Ready, State::Restoring]);
-        let (d, _) = step(&mut g, &both_on, 17, present());
+        let (d, _) = decide_and_write(&mut g, &both_on, 17, present());
         assert_eq!(patched(&d), ["chronos"]);
     }
 
@@ -2091,7 +2144,9 @@ mod tests {
         let c = component(&core_hub(base.clone()));
         assert!(c.original.contains("standby"), "{}", c.original);
         assert!(clean(&core_hub(base.clone()), &c));
-        let leftovers: [(&str, fn(&mut Value)); 7] = [
+        /// What a setup may leave behind: its name, and how it is left in a template.
+        type Leftover = (&'static str, fn(&mut Value));
+        let leftovers: [Leftover; 7] = [
             ("the mark", |t| {
                 t["metadata"] = json!({"annotations": {DR_ANNOTATION: "primary-x"}})
             }),
