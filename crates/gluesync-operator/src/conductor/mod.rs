@@ -762,8 +762,9 @@ fn containers_body(
 /// A body over the limit is still read to its end (and dropped), up to [`BODY_DRAIN_LIMIT`], before
 /// the 413 is sent: answering while the client is still sending makes the connection close with
 /// unread bytes in it, which the kernel does with a reset, and the client, still writing, sees a
-/// broken connection instead of the answer. A body beyond the drain limit gets the 413 and the
-/// connection closes.
+/// broken connection instead of the answer. A body beyond the drain limit gets the 413 with
+/// `Connection: close`, and the connection closes: a client that had the whole body in its socket's
+/// buffers and the answer whole must not keep the connection for its next request.
 async fn read_body(req: Request, route: &str) -> Result<axum::body::Bytes, Response> {
     use futures::StreamExt;
     let too_slow = || {
@@ -796,7 +797,12 @@ async fn read_body(req: Request, route: &str) -> Result<axum::body::Bytes, Respo
             Ok(Some(Ok(chunk))) => {
                 seen = seen.saturating_add(chunk.len());
                 if seen > BODY_DRAIN_LIMIT {
-                    return Err(too_large());
+                    let mut closing = too_large();
+                    closing.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                    return Err(closing);
                 }
                 if seen <= BODY_LIMIT {
                     body.extend_from_slice(&chunk);
