@@ -1097,53 +1097,36 @@ mod tests {
                 .unwrap()
                 .to_string()
         }
+        /// A value's name as GKO says it, beside its name on the wire.
+        fn named<T: Serialize + Copy>(v: T, name: fn(T) -> &'static str) -> (&'static str, String) {
+            (name(v), wire(v))
+        }
         use DisasterRecoveryPhase as Dr;
         let said: Vec<(&str, String)> = [
-            (ReleaseChannel::Ga.as_str(), wire(ReleaseChannel::Ga)),
-            (ReleaseChannel::Beta.as_str(), wire(ReleaseChannel::Beta)),
-            (ReleaseChannel::Alpha.as_str(), wire(ReleaseChannel::Alpha)),
-            (Phase::Current.as_str(), wire(Phase::Current)),
-            (
-                Phase::UpdateAvailable.as_str(),
-                wire(Phase::UpdateAvailable),
+            named(ReleaseChannel::Ga, ReleaseChannel::as_str),
+            named(ReleaseChannel::Beta, ReleaseChannel::as_str),
+            named(ReleaseChannel::Alpha, ReleaseChannel::as_str),
+            named(Phase::Current, Phase::as_str),
+            named(Phase::UpdateAvailable, Phase::as_str),
+            named(Phase::Updating, Phase::as_str),
+            named(Phase::Degraded, Phase::as_str),
+            named(Phase::Failed, Phase::as_str),
+            named(SelfUpdatePhase::Scheduled, SelfUpdatePhase::as_str),
+            named(SelfUpdatePhase::RollingOut, SelfUpdatePhase::as_str),
+            named(SelfUpdatePhase::RollingBack, SelfUpdatePhase::as_str),
+            named(DisasterRecoveryRole::Primary, DisasterRecoveryRole::as_str),
+            named(
+                DisasterRecoveryRole::Secondary,
+                DisasterRecoveryRole::as_str,
             ),
-            (Phase::Updating.as_str(), wire(Phase::Updating)),
-            (Phase::Degraded.as_str(), wire(Phase::Degraded)),
-            (Phase::Failed.as_str(), wire(Phase::Failed)),
-            (
-                SelfUpdatePhase::Scheduled.as_str(),
-                wire(SelfUpdatePhase::Scheduled),
-            ),
-            (
-                SelfUpdatePhase::RollingOut.as_str(),
-                wire(SelfUpdatePhase::RollingOut),
-            ),
-            (
-                SelfUpdatePhase::RollingBack.as_str(),
-                wire(SelfUpdatePhase::RollingBack),
-            ),
-            (
-                DisasterRecoveryRole::Primary.as_str(),
-                wire(DisasterRecoveryRole::Primary),
-            ),
-            (
-                DisasterRecoveryRole::Secondary.as_str(),
-                wire(DisasterRecoveryRole::Secondary),
-            ),
-            (
-                ServiceType::LoadBalancer.as_str(),
-                wire(ServiceType::LoadBalancer),
-            ),
-            (ServiceType::NodePort.as_str(), wire(ServiceType::NodePort)),
-            (
-                ServiceType::ClusterIP.as_str(),
-                wire(ServiceType::ClusterIP),
-            ),
-            (Dr::SettingUp.as_str(), wire(Dr::SettingUp)),
-            (Dr::Active.as_str(), wire(Dr::Active)),
-            (Dr::RollingBack.as_str(), wire(Dr::RollingBack)),
-            (Dr::Failed.as_str(), wire(Dr::Failed)),
-            (Dr::TearingDown.as_str(), wire(Dr::TearingDown)),
+            named(ServiceType::LoadBalancer, ServiceType::as_str),
+            named(ServiceType::NodePort, ServiceType::as_str),
+            named(ServiceType::ClusterIP, ServiceType::as_str),
+            named(Dr::SettingUp, Dr::as_str),
+            named(Dr::Active, Dr::as_str),
+            named(Dr::RollingBack, Dr::as_str),
+            named(Dr::Failed, Dr::as_str),
+            named(Dr::TearingDown, Dr::as_str),
         ]
         .into();
         for (name, on_the_wire) in &said {
