@@ -70,9 +70,7 @@ impl Ui {
 
 /// GKO as a process (its log is read), serving the Conductor API.
 fn gko_serving(ns: &TestNamespace) -> anyhow::Result<(Gko, Ui)> {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .to_string();
+    let addr = gko_test_support::free_addr()?.to_string();
     let gko = Gko::spawn(
         ns,
         GkoOptions {
@@ -950,6 +948,51 @@ async fn updates_and_disaster_recovery_changes_take_turns() -> anyhow::Result<()
         template(&ns, CHRONOS)?,
         before[1].replace("gluesync-chronos:0.3.2", "gluesync-chronos:0.3.3")
     );
+    gko.stop().await;
+    Ok(())
+}
+
+/// A Secret GKO wrote whose `sharedSecret` was taken out by hand (its label kept) is refused like any
+/// Secret without one, changes no workload, and is still emptied of GKO's mark once the setup is no
+/// longer wanted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_of_gkos_without_its_key_is_refused_and_still_emptied() -> anyhow::Result<()> {
+    let (ns, _sim) = site("dr-nokey").await?;
+    ns.apply(&format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {SECRET}\n  labels:\n    \
+         gluesync.molo17.com/platform: gluesync\n"
+    ))?;
+    let labelled = secret(&ns)
+        .await?
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(
+        labelled
+            .get("gluesync.molo17.com/platform")
+            .map(String::as_str),
+        Some("gluesync")
+    );
+    let gko = Operator::start(&ns);
+    wait_settled(&ns).await?;
+    let before = [template(&ns, CORE_HUB)?, template(&ns, CHRONOS)?];
+
+    patch_spec(&ns, spec_setup()).await?;
+    let g = wait_dr_phase(&ns, DisasterRecoveryPhase::Failed).await?;
+    let message = dr(&g).unwrap().message.clone();
+    assert!(
+        message.starts_with("the disaster-recovery setup is refused: ")
+            && message.contains(&format!("Secret {SECRET} has no sharedSecret")),
+        "{message}"
+    );
+    assert_eq!([template(&ns, CORE_HUB)?, template(&ns, CHRONOS)?], before);
+    assert_eq!(service(&ns).await?, None);
+
+    patch_spec(&ns, json!({"disasterRecovery": null})).await?;
+    wait_dr_gone(&ns).await?;
+    assert_secret_empty(&ns).await?;
+    assert_eq!([template(&ns, CORE_HUB)?, template(&ns, CHRONOS)?], before);
     gko.stop().await;
     Ok(())
 }

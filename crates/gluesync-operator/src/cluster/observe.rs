@@ -167,11 +167,11 @@ pub async fn dr_objects(view: &View, gsp: &GluesyncPlatform) -> Result<DrObjects
                 .labels()
                 .get(PLATFORM_LABEL)
                 .is_some_and(|p| Some(p) == gsp.metadata.name.as_ref());
-            // One GKO wrote is GKO's to empty, whatever it holds.
-            if has_key || made_by_gko {
+            // One GKO wrote is GKO's to empty, whatever it holds; one without the key is refused.
+            if has_key {
                 SecretState::Present { made_by_gko }
             } else {
-                SecretState::NoKey
+                SecretState::NoKey { made_by_gko }
             }
         }
     };

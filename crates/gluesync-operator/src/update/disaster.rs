@@ -63,8 +63,11 @@ pub enum SecretState {
     /// GKO's installation does not allow it to read this Secret.
     NotAllowed,
     Missing,
-    /// It exists without a non-empty `sharedSecret`.
-    NoKey,
+    /// It exists without a non-empty `sharedSecret`: refused. `made_by_gko` when it still carries
+    /// GKO's label (a Secret GKO wrote, its key taken out by hand), so a teardown still empties it.
+    NoKey {
+        made_by_gko: bool,
+    },
     /// Usable; `made_by_gko` when GKO wrote it (a setup from the Core Hub UI), so a teardown removes it.
     Present {
         made_by_gko: bool,
@@ -488,7 +491,7 @@ fn start(
              (the operator chart's disasterRecovery.enabled, or platform.disasterRecovery.secretName)"
         )),
         (SecretState::Missing, _) => Some(format!("Secret {secret} does not exist")),
-        (SecretState::NoKey, _) => Some(format!(
+        (SecretState::NoKey { .. }, _) => Some(format!(
             "Secret {secret} has no {DR_SECRET_KEY}: the pair's shared secret"
         )),
         (SecretState::Unreadable(why), _) => Some(format!("reading Secret {secret}: {why}")),
@@ -800,7 +803,6 @@ fn restore(
     d: &mut Decision,
 ) {
     let now = &obs.now;
-    let mut done = true;
     for c in dr.components.iter_mut().rev() {
         if c.state == State::Restored {
             continue;
@@ -818,10 +820,8 @@ fn restore(
             c.changed_at = Some(now.clone());
             c.stable = None;
             d.again = true;
-            done = false;
             break;
         }
-        done = false;
         if !clean(w, c) {
             d.actions.push(Action::PatchWorkload {
                 kind: w.kind,
@@ -846,7 +846,6 @@ fn restore(
                 c.state = State::Restored;
                 c.stable = None;
                 d.again = true;
-                done = true;
                 continue;
             }
             Ok(false) => break,
@@ -864,13 +863,12 @@ fn restore(
                 c.message = Some(why);
                 c.state = State::Restored;
                 d.again = true;
-                done = true;
                 continue;
             }
         }
     }
     let all_back = dr.components.iter().all(|c| c.state == State::Restored);
-    if !(done && all_back) {
+    if !all_back {
         if let Some(c) = dr.components.iter().find(|c| c.state == State::Restoring) {
             dr.message = match dr.phase {
                 Phase::RollingBack => format!(
@@ -935,7 +933,10 @@ fn removed(
     dr: &DisasterRecoveryStatus,
     d: &mut Decision,
 ) -> bool {
-    let secret_left = matches!(obs.dr.secret, SecretState::Present { made_by_gko: true });
+    let secret_left = matches!(
+        obs.dr.secret,
+        SecretState::Present { made_by_gko: true } | SecretState::NoKey { made_by_gko: true }
+    );
     if obs.dr.service {
         d.actions
             .push(Action::RemoveMade(Made::Service, service_name(gsp)));
@@ -1784,7 +1785,7 @@ mod tests {
             ]
         );
         // The Service gone, the Secret emptied (no shared secret, no label): Failed.
-        let emptied = || objects(SecretState::NoKey, false);
+        let emptied = || objects(SecretState::NoKey { made_by_gko: false }, false);
         let (d, dr) = decide_and_write(&mut g, &up, 76, emptied());
         assert_eq!(removes(&d), Vec::<&Action>::new());
         let dr = dr.unwrap();
@@ -1804,6 +1805,43 @@ mod tests {
         assert_eq!(d.status.disaster_recovery, Some(dr));
         assert!(changes_nothing(&d), "{:?}", d.actions);
         assert!(says_nothing_of_the_pair(&d), "{:?}", d.events);
+    }
+
+    /// A pod of the setup that crash-loops fails the setup at once, long before the stability timeout;
+    /// one still from before the setup (being replaced) does not count against it.
+    #[test]
+    fn a_pod_of_the_setup_that_crash_loops_fails_it_at_once() {
+        let (mut g, mark) = wanting();
+        let mut c = component(&before_setup());
+        c.state = State::RollingOut;
+        c.changed_at = Some(at(0));
+        g.status = Some(with_setup(Phase::SettingUp, &mark, c));
+        let crashing = |on: Option<&str>| {
+            let mut w = carrying(&mark, false);
+            w.pods[0].dr_mark = on.map(Into::into);
+            w.pods[0].waiting = Some(("CrashLoopBackOff".into(), "back-off 10s".into()));
+            w
+        };
+        let d = decide_seeing(&g, &[crashing(None)], 5, DrObjects::default());
+        let dr = d.status.disaster_recovery.clone().unwrap();
+        assert_eq!(dr.phase, Phase::SettingUp);
+        assert_eq!(dr.components[0].message, None);
+        assert!(says_nothing_of_the_pair(&d), "{:?}", d.events);
+
+        let d = decide_seeing(&g, &[crashing(Some(&mark))], 5, DrObjects::default());
+        let dr = d.status.disaster_recovery.clone().unwrap();
+        let why = "pod core-hub-0 is CrashLoopBackOff: back-off 10s";
+        assert_eq!(dr.components[0].message.as_deref(), Some(why));
+        assert_eq!(dr.phase, Phase::RollingBack);
+        assert_eq!(
+            said(&d, Reason::DisasterRecoveryFailed),
+            [(
+                true,
+                format!(
+                    "StatefulSet core-hub did not come up with the setup: {why}; putting every change back"
+                )
+            )]
+        );
     }
 
     /// A workload a setup changes that is gone fails the setup at once.
@@ -1918,7 +1956,9 @@ mod tests {
                 format!("GKO's installation does not allow it to read {secret}"),
             ),
             (&before, SecretState::Missing, format!("{secret} does not exist")),
-            (&before, SecretState::NoKey, format!("{secret} has no sharedSecret")),
+            (&before, SecretState::NoKey { made_by_gko: false }, format!("{secret} has no sharedSecret")),
+            // One GKO wrote, its key taken out by hand: its mark does not make it usable.
+            (&before, SecretState::NoKey { made_by_gko: true }, format!("{secret} has no sharedSecret")),
             (
                 &before,
                 SecretState::Unreadable("timeout".into()),
@@ -2052,7 +2092,27 @@ mod tests {
                 failed.secret_name.clone()
             )]
         );
-        let d = decide_seeing(&g, &by_hand, 2, objects(SecretState::NoKey, false));
+        // Its key taken out by hand, it still carries GKO's mark: it is emptied all the same.
+        let d = decide_seeing(
+            &g,
+            &by_hand,
+            1,
+            objects(SecretState::NoKey { made_by_gko: true }, false),
+        );
+        assert_eq!(d.status.disaster_recovery, Some(failed.clone()));
+        assert_eq!(
+            removes(&d),
+            [&Action::RemoveMade(
+                Made::Secret,
+                failed.secret_name.clone()
+            )]
+        );
+        let d = decide_seeing(
+            &g,
+            &by_hand,
+            2,
+            objects(SecretState::NoKey { made_by_gko: false }, false),
+        );
         assert_eq!(d.status.disaster_recovery, None);
     }
 
@@ -2141,6 +2201,44 @@ mod tests {
         assert_eq!(states(dr), [State::Ready, State::Restoring]);
         let (d, _) = decide_and_write(&mut g, &both_on, 17, present());
         assert_eq!(patched(&d), ["chronos"]);
+    }
+
+    /// A workload that passed its check and then lost the setup (changed outside GKO) while the next one
+    /// rolls out gets the setup again, and it is written before anything else.
+    #[test]
+    fn a_workload_that_loses_the_setup_while_the_next_rolls_out_gets_it_again() {
+        let (mut g, mark) = wanting();
+        let present = || objects(users(), false);
+        let both = [before_setup(), as_chronos(before_setup())];
+        let core_on = [carrying(&mark, true), as_chronos(before_setup())];
+        for (t, seen) in [(0, &both), (1, &both), (2, &both)]
+            .into_iter()
+            .chain([3, 12, 13, 14].map(|t| (t, &core_on)))
+        {
+            decide_and_write(&mut g, seen, t, present());
+        }
+        let states = |dr: &DisasterRecoveryStatus| -> Vec<State> {
+            dr.components.iter().map(|c| c.state).collect()
+        };
+        let dr = g
+            .status
+            .as_ref()
+            .unwrap()
+            .disaster_recovery
+            .clone()
+            .unwrap();
+        assert_eq!(states(&dr), [State::Ready, State::RollingOut]);
+
+        // Core Hub's template put back by hand while Chronos rolls out with the setup.
+        let lost = [before_setup(), as_chronos(carrying(&mark, false))];
+        let (d, dr) = decide_and_write(&mut g, &lost, 15, present());
+        let dr = dr.unwrap();
+        assert_eq!(dr.phase, Phase::SettingUp);
+        assert_eq!(states(&dr), [State::RollingOut, State::RollingOut]);
+        assert_eq!(dr.components[0].changed_at, Some(at(15)));
+        assert!(changes_nothing(&d), "{:?}", d.actions);
+        let (d, _) = decide_and_write(&mut g, &lost, 16, present());
+        assert_eq!(patched(&d), ["core-hub"]);
     }
 
     /// A workload is clean only when nothing of a setup is left on it: any one of the setup's marks
