@@ -886,8 +886,7 @@ const UI_VERSION: &str = "2.3.2.2";
 
 /// A free loopback address.
 fn free_addr() -> anyhow::Result<String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.to_string())
+    Ok(gko_test_support::free_addr()?.to_string())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

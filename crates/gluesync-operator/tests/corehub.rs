@@ -141,9 +141,7 @@ async fn a_core_hub_that_hangs_times_out() -> anyhow::Result<()> {
 async fn health_readiness_and_metrics_are_served() -> anyhow::Result<()> {
     use std::sync::{Arc, atomic::Ordering};
     let metrics = Arc::new(gluesync_operator::metrics::Metrics::default());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    drop(listener);
+    let addr = gko_test_support::free_addr()?;
     let server = tokio::spawn(gluesync_operator::metrics::serve(
         addr,
         metrics.clone(),

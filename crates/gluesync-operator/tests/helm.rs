@@ -225,9 +225,7 @@ fn start_chart_gko(ns: &TestNamespace, extra: &[(&str, &str)]) -> anyhow::Result
         }
     }
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = gko_test_support::free_addr()?.port();
     let gko = Gko::spawn(
         ns,
         GkoOptions {

@@ -374,9 +374,7 @@ async fn the_dashboard_and_the_alerts_read_metrics_a_running_gko_serves() -> any
     let ns = namespace("monitoring").await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = gko_test_support::free_addr()?.port();
     let gko = Gko::spawn(
         &ns,
         GkoOptions {

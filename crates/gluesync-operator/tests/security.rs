@@ -238,9 +238,7 @@ async fn serving_process(
     let ns = namespace(hint).await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, spec)?;
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .to_string();
+    let addr = gko_test_support::free_addr()?.to_string();
     let gko = Gko::spawn(
         &ns,
         GkoOptions {

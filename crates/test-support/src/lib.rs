@@ -312,6 +312,39 @@ pub async fn install_crd(
     .await
 }
 
+/// A loopback address free for a server a test starts (GKO's Conductor API or metrics, a webhook).
+///
+/// Taken below the kernel's ephemeral range: a port got from `bind(:0)` and let go lies in that range, and
+/// any outgoing connection (the tests' Kubernetes clients make many) may take it before the server binds
+/// it, which failed a test now and then with "connection refused". Below the range only a server binds,
+/// and one test process never hands out the same port twice.
+pub fn free_addr() -> std::io::Result<std::net::SocketAddr> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    const SPAN: u32 = 10_000;
+    if low < 1024 + SPAN {
+        // An unusual range: no room below it, take the kernel's choice.
+        return std::net::TcpListener::bind("127.0.0.1:0")?.local_addr();
+    }
+    let first = low - SPAN;
+    // Test binaries run one after another: each starts elsewhere in the span.
+    let offset = std::process::id().wrapping_mul(7919);
+    for _ in 0..SPAN {
+        let port = first + offset.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port as u16)) {
+            return l.local_addr();
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        format!("no free loopback port in {first}..{low}"),
+    ))
+}
+
 /// Polls `check` until it gives `Some`, or fails after `timeout` with the last thing it saw.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
 where

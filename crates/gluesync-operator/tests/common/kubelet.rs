@@ -96,8 +96,7 @@ impl Kubelet {
                             if run.contains_key(name) && !dead {
                                 continue;
                             }
-                            let addr = std::net::TcpListener::bind("127.0.0.1:0")
-                                .and_then(|l| l.local_addr())
+                            let addr = gko_test_support::free_addr()
                                 .map(|a| a.to_string())
                                 .unwrap_or_default();
                             match Gko::spawn_in(

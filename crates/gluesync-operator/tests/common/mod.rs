@@ -64,9 +64,7 @@ impl Operator {
         ns: &TestNamespace,
         tls: gluesync_operator::conductor::TlsFiles,
     ) -> anyhow::Result<(Operator, String)> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        drop(listener);
+        let addr = gko_test_support::free_addr()?;
         Ok((
             Self::start_on(ns, ns.client.clone(), Some(addr), Some(tls)),
             format!("https://{addr}"),
@@ -78,9 +76,7 @@ impl Operator {
         ns: &TestNamespace,
         client: Client,
     ) -> anyhow::Result<(Operator, String)> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let addr = listener.local_addr()?;
-        drop(listener);
+        let addr = gko_test_support::free_addr()?;
         Ok((
             Self::start_on(ns, client, Some(addr), None),
             format!("http://{addr}"),
@@ -342,9 +338,7 @@ impl Gko {
         options: GkoOptions,
     ) -> anyhow::Result<Gko> {
         use std::io::BufRead;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = gko_test_support::free_addr()?.port();
         // (These helpers are shared with the plugin's tests, which start GKO in-process only.)
         let Some(this) = option_env!("CARGO_BIN_EXE_gluesync-operator") else {
             anyhow::bail!("GKO as a process is started by gluesync-operator's own tests only");
