@@ -193,6 +193,8 @@ pub async fn run(
 
     let (stop_api, mut api_stopped) = tokio::sync::watch::channel(false);
     if let Some(addr) = settings.conductor_addr {
+        // Bound before the controller starts: once GKO has written a status, its API accepts connections.
+        let bound = tokio::net::TcpListener::bind(addr).await;
         let tls = settings.conductor_tls.clone();
         let api_view = view.clone();
         tokio::spawn(async move {
@@ -200,7 +202,11 @@ pub async fn run(
                 let _ = api_stopped.wait_for(|s| *s).await;
             };
             let metrics = api_view.metrics.clone();
-            if let Err(e) = crate::conductor::serve(addr, tls, api_view, stopped).await {
+            let served = match bound {
+                Ok(listener) => crate::conductor::serve(listener, tls, api_view, stopped).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = served {
                 // Not ready: the Core Hub UI could not reach GKO through this pod.
                 metrics.conductor_down.store(true, Ordering::Relaxed);
                 tracing::error!(error = %e, %addr, "the Conductor API cannot serve; /readyz fails");

@@ -1428,8 +1428,11 @@ pub struct TlsFiles {
 /// after each answer), at most [`MAX_CONNECTIONS`] are open at once; a request's body gets
 /// [`BODY_READ_TIMEOUT`], and a request other than an update [`REQUEST_TIMEOUT`] to be answered; at most
 /// [`MAX_REQUESTS`] are served at once.
+///
+/// `listener` is bound by the caller, before GKO starts its controller: once GKO has written a status, its
+/// API accepts connections.
 pub async fn serve(
-    addr: SocketAddr,
+    listener: tokio::net::TcpListener,
     tls: Option<TlsFiles>,
     view: Arc<View>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -1442,7 +1445,7 @@ pub async fn serve(
         counters: view.metrics.listener("conductor"),
     };
     let app = router(view).layer(tower::limit::GlobalConcurrencyLimitLayer::new(MAX_REQUESTS));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
     let Some(files) = tls else {
         tracing::info!(%addr, "serving the Conductor API over HTTP");
         return crate::http::listener::serve(listener, None, app, limits, shutdown).await;
