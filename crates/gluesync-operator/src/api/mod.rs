@@ -1172,6 +1172,112 @@ mod tests {
         }
         assert_eq!(ComponentType::from_label("database"), None);
     }
+
+    /// Each step says which it is, when it began and the deadline it has (Waiting's only while an
+    /// approval is awaited; none for Snapshot, Modules and Finish); Drain alone carries the pipelines
+    /// it asked.
+    #[test]
+    fn a_step_says_its_name_start_deadline_and_asked_pipelines() {
+        let t = |s: i64| Time(jiff::Timestamp::from_second(1_800_000_000 + s).unwrap());
+        let (since, deadline) = (t(1), t(2));
+        let asked: PipelineList = ["p1", "p2"].into_iter().collect();
+        let (s, d) = (|| since.clone(), || deadline.clone());
+        let steps = [
+            (
+                Step::Preflight {
+                    since: s(),
+                    deadline: d(),
+                },
+                UpdateStep::Preflight,
+                true,
+            ),
+            (Step::Snapshot { since: s() }, UpdateStep::Snapshot, false),
+            (
+                Step::PrePull {
+                    since: s(),
+                    deadline: d(),
+                },
+                UpdateStep::PrePull,
+                true,
+            ),
+            (
+                Step::Waiting {
+                    since: s(),
+                    deadline: Some(d()),
+                },
+                UpdateStep::Waiting,
+                true,
+            ),
+            (
+                Step::Waiting {
+                    since: s(),
+                    deadline: None,
+                },
+                UpdateStep::Waiting,
+                false,
+            ),
+            (
+                Step::Drain {
+                    since: s(),
+                    deadline: d(),
+                    asked_pipelines: Some(asked.clone()),
+                },
+                UpdateStep::Drain,
+                true,
+            ),
+            (
+                Step::CoreHub {
+                    since: s(),
+                    deadline: d(),
+                },
+                UpdateStep::CoreHub,
+                true,
+            ),
+            (
+                Step::CoreHubRollback {
+                    since: s(),
+                    deadline: d(),
+                },
+                UpdateStep::CoreHubRollback,
+                true,
+            ),
+            (
+                Step::Resume {
+                    since: s(),
+                    deadline: d(),
+                },
+                UpdateStep::Resume,
+                true,
+            ),
+            (Step::Modules { since: s() }, UpdateStep::Modules, false),
+            (Step::Finish { since: s() }, UpdateStep::Finish, false),
+        ];
+        for (mut step, name, has_deadline) in steps {
+            assert_eq!(step.name(), name);
+            assert_eq!(step.since(), &since, "{name:?}");
+            assert_eq!(
+                step.deadline(),
+                has_deadline.then_some(&deadline),
+                "{name:?}"
+            );
+            let drain = name == UpdateStep::Drain;
+            assert_eq!(step.asked_pipelines(), drain.then_some(&asked), "{name:?}");
+            let list = step.asked_pipelines_mut();
+            assert_eq!(list.is_some(), drain, "{name:?}");
+            list.into_iter().for_each(|l| l.push("p3"));
+            let now: Option<Vec<&str>> = step
+                .asked_pipelines()
+                .map(|l| l.iter().map(|p| p.as_str()).collect());
+            assert_eq!(now, drain.then(|| vec!["p1", "p2", "p3"]), "{name:?}");
+        }
+        // A Drain written by a release that kept no such record carries none.
+        let old = Step::Drain {
+            since: s(),
+            deadline: d(),
+            asked_pipelines: None,
+        };
+        assert_eq!(old.asked_pipelines(), None);
+    }
 }
 
 /// A host name or an IP address: what a peer address may be.
