@@ -317,7 +317,7 @@ pub async fn install_crd(
 /// Taken below the kernel's ephemeral range: a port got from `bind(:0)` and let go lies in that range, and
 /// any outgoing connection (the tests' Kubernetes clients make many) may take it before the server binds
 /// it, which failed a test now and then with "connection refused". Below the range only a server binds,
-/// and one test process never hands out the same port twice.
+/// and one test process hands out every other port of the span before it hands out one again.
 pub fn free_addr() -> std::io::Result<std::net::SocketAddr> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -332,9 +332,9 @@ pub fn free_addr() -> std::io::Result<std::net::SocketAddr> {
     }
     let first = low - SPAN;
     // Test binaries run one after another: each starts elsewhere in the span.
-    let offset = std::process::id().wrapping_mul(7919);
+    let offset = std::process::id().wrapping_mul(7919) % SPAN;
     for _ in 0..SPAN {
-        let port = first + offset.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN;
+        let port = first + (offset + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) % SPAN;
         if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port as u16)) {
             return l.local_addr();
         }

@@ -1957,7 +1957,7 @@ mod tests {
             ),
             (&before, SecretState::Missing, format!("{secret} does not exist")),
             (&before, SecretState::NoKey { made_by_gko: false }, format!("{secret} has no sharedSecret")),
-            // One GKO wrote, its key taken out by hand: its mark does not make it usable.
+            // As GKO reads a Secret it wrote whose key was taken out by hand (tests/disaster.rs).
             (&before, SecretState::NoKey { made_by_gko: true }, format!("{secret} has no sharedSecret")),
             (
                 &before,
@@ -2204,7 +2204,7 @@ mod tests {
     }
 
     /// A workload that passed its check and then lost the setup (changed outside GKO) while the next one
-    /// rolls out gets the setup again, and it is written before anything else.
+    /// rolls out gets the setup again, and passes its check again before the next one is looked at.
     #[test]
     fn a_workload_that_loses_the_setup_while_the_next_rolls_out_gets_it_again() {
         let (mut g, mark) = wanting();
@@ -2239,6 +2239,23 @@ mod tests {
         assert!(changes_nothing(&d), "{:?}", d.actions);
         let (d, _) = decide_and_write(&mut g, &lost, 16, present());
         assert_eq!(patched(&d), ["core-hub"]);
+        // Core Hub passes its check again before Chronos is looked at: Chronos's window starts after.
+        let back = [carrying(&mark, true), as_chronos(carrying(&mark, true))];
+        let (_, dr) = decide_and_write(&mut g, &back, 17, present());
+        let dr = dr.unwrap();
+        assert_eq!(states(&dr), [State::RollingOut, State::RollingOut]);
+        assert!(
+            dr.components[0].stable.is_some() && dr.components[1].stable.is_none(),
+            "{:?}",
+            dr.components
+        );
+        let (_, dr) = decide_and_write(&mut g, &back, 27, present());
+        let dr = dr.unwrap();
+        assert_eq!(states(&dr), [State::Ready, State::RollingOut]);
+        assert_eq!(
+            dr.components[1].stable.as_ref().map(|w| &w.since),
+            Some(&at(27))
+        );
     }
 
     /// A workload is clean only when nothing of a setup is left on it: any one of the setup's marks
