@@ -120,8 +120,7 @@ pub async fn reconcile(
     view.metrics.reconciles.inc();
     let uid = cached.uid().unwrap_or_default();
     let written = ctx.written_version(&uid);
-    let holding = lock(&ctx.held).contains_key(&uid);
-    let Some(mut gsp) = observe::platform(view, &ctx.lists, cached, written.as_deref(), holding)
+    let Some(mut gsp) = observe::platform(view, &ctx.lists, cached, written.as_deref())
         .await
         .map_err(Error::Read)?
     else {
@@ -129,13 +128,11 @@ pub async fn reconcile(
     };
     // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
     let mut dr = observe::dr_objects(view, &gsp).await.map_err(Error::Read)?;
-    // While an update runs, a decision whose actions need no status (a pre-pull pod, GKO's finalizer
-    // put on: found again without one) and that asks Core Hub to pause nothing need not be written at
-    // once (a crash before its write loses nothing): its actions are carried out, and one that moves
-    // the step on is taken further in memory, one that waits is held for up to `UNWRITTEN` in case what
-    // it waits for comes at once. The first decision that needs its status, or a wait held that long,
-    // writes them all together with their events. `written` is the status the API server holds when
-    // `gsp` holds one not written.
+    // While an update runs, a decision that acts on nothing and asks Core Hub to pause nothing need not
+    // be written at once (a crash before its write loses nothing): one that moves the step on is taken
+    // further in memory, and one that waits is held for up to `UNWRITTEN` in case what it waits for
+    // comes at once. The first decision that acts, or a wait held that long, writes them all together
+    // with their events. `written` is the status the API server holds when `gsp` holds one not written.
     let mut unwritten = Unwritten::default();
     if let Some(held) = lock(&ctx.held).remove(&uid)
         && gsp.resource_version().as_ref() == Some(&held.base)
@@ -187,18 +184,6 @@ pub async fn reconcile(
                 unwritten.events.append(&mut decision.events);
                 let before = gsp.status.replace(decision.status);
                 unwritten.written.get_or_insert(before);
-                // What it does needs no status (a pre-pull pod, GKO's finalizer put on): done now.
-                if !decision.actions.is_empty() {
-                    let actions = std::mem::take(&mut decision.actions);
-                    let (written, _) = commit::unwritten(view, &gsp, actions).await;
-                    // A finalizer change answers the platform as written: the next write starts from
-                    // its resourceVersion, and a status held waits on it. (A failed action is tried
-                    // again by the next decision, within `UNWRITTEN`.)
-                    if let Some(written) = written {
-                        gsp = written;
-                        ctx.wrote(&gsp);
-                    }
-                }
                 if moves_on {
                     continue;
                 }

@@ -27,10 +27,9 @@ use crate::{
     },
 };
 
-/// The GluesyncPlatform to decide on: the cached one, or the API server's latest while an update runs,
-/// a decision not written is held (`holding`: its update may not be in the status yet) or the platform
-/// is being deleted (an update acts on what it reads) unless the cache holds the very version this GKO
-/// wrote last (`written`: its resourceVersion), with its long pipeline lists
+/// The GluesyncPlatform to decide on: the cached one, or the API server's latest while an update runs
+/// or the platform is being deleted (an update acts on what it reads) unless the cache holds the very
+/// version this GKO wrote last (`written`: its resourceVersion), with its long pipeline lists
 /// joined back in, so the engine sees every id. `Ok(None)` while a list's ConfigMaps do not yet hold what
 /// the status names (the cache lags a write): try again shortly.
 pub async fn platform(
@@ -38,13 +37,11 @@ pub async fn platform(
     lists: &Known,
     cached: &GluesyncPlatform,
     written: Option<&str>,
-    holding: bool,
 ) -> Result<Option<GluesyncPlatform>, kube::Error> {
     let mut gsp = cached.clone();
     let caught_up = written.is_some() && written == cached.resource_version().as_deref();
     if !caught_up
-        && (holding
-            || gsp.status.as_ref().is_some_and(|s| s.update.is_some())
+        && (gsp.status.as_ref().is_some_and(|s| s.update.is_some())
             || gsp.metadata.deletion_timestamp.is_some())
     {
         gsp = view.read_platform(&gsp.name_any()).await?;

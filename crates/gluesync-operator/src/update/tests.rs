@@ -2970,21 +2970,16 @@ fn the_finalizer_follows_the_pre_pull_pods_which_go_once_the_pipelines_run_again
     assert!(status(&g).update.is_none());
 }
 
-/// Only what is found again without a status (a pre-pull pod made or deleted, GKO's finalizer put on)
-/// may be done before the status that remembers it is written: every other action is done after it
-/// (the finalizer taken off among them: it goes once a status says nothing is left to settle).
+/// Only a pre-pull pod's deletion may wait for whatever write comes next: every other action is
+/// done after the status that remembers it.
 #[test]
-fn only_what_is_found_again_without_a_status_needs_none_before_it() {
-    for a in [
-        Action::DeletePrePull("p".into()),
-        Action::CreatePod(Box::default()),
-        Action::AddFinalizer,
-    ] {
-        assert!(!a.needs_status(), "{a:?}");
-    }
+fn only_a_pre_pull_pods_deletion_needs_no_status_before_it() {
+    assert!(!Action::DeletePrePull("p".into()).needs_status());
     for a in [
         Action::DeletePod("p".into()),
+        Action::AddFinalizer,
         Action::RemoveFinalizer,
+        Action::CreatePod(Box::default()),
         Action::SetImage {
             kind: crate::api::WorkloadKind::StatefulSet,
             name: "w".into(),
@@ -3617,8 +3612,8 @@ fn to_the_end(
 }
 
 /// A decision may go unwritten only when it acts on nothing a status must remember and asks Core Hub to
-/// pause nothing: a pre-pull pod made or deleted, GKO's finalizer put on and a worker that lists or
-/// resumes pass through; any other action, or a pipeline to be asked into maintenance mode, does not.
+/// pause nothing: the deletion of a pre-pull pod and a worker that lists or resumes pass through; any
+/// other action, or a pipeline to be asked into maintenance mode, does not.
 #[test]
 fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     let work = |enter: &[&str]| corehub::Work {
@@ -3649,9 +3644,6 @@ fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     assert!(!d.passes_through());
     d.corehub = None;
     d.actions.push(Action::AddFinalizer);
-    d.actions.push(Action::CreatePod(Box::default()));
-    assert!(d.passes_through());
-    d.actions.push(Action::RemoveFinalizer);
     assert!(!d.passes_through());
     // Only a pre-pull pod is made beside the status write.
     assert!(!Action::AddFinalizer.beside_write());
