@@ -50,8 +50,8 @@ pub struct Context {
     clock: StepClock,
     /// A waiting update's status not written yet, by platform (see [`reconcile`]).
     held: std::sync::Mutex<std::collections::HashMap<String, Held>>,
-    /// The resourceVersion of each platform as this GKO last wrote it: a cache that holds it needs no read.
-    written: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Each platform as this GKO last wrote it or read it (see [`observe::platform`]).
+    written: std::sync::Mutex<std::collections::HashMap<String, observe::Written>>,
     /// The resourceVersion of each platform that did not parse, once reported: said once per version.
     unparsed: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
@@ -76,7 +76,7 @@ impl Context {
 }
 
 impl Context {
-    fn written_version(&self, uid: &str) -> Option<String> {
+    fn written_version(&self, uid: &str) -> Option<observe::Written> {
         lock(&self.written).get(uid).cloned()
     }
 
@@ -87,10 +87,11 @@ impl Context {
         lock(&self.unparsed).retain(|uid, _| keep(uid));
     }
 
-    /// Remembers the platform's resourceVersion as this GKO wrote it (or read it back).
+    /// Remembers the platform as this GKO wrote it (or read it back).
     fn wrote(&self, gsp: &GluesyncPlatform) {
         if let (Some(uid), Some(version)) = (gsp.uid(), gsp.resource_version()) {
-            lock(&self.written).insert(uid, version);
+            let in_update = gsp.status.as_ref().is_some_and(|s| s.update.is_some());
+            lock(&self.written).insert(uid, observe::Written { version, in_update });
         }
     }
 }
@@ -120,7 +121,8 @@ pub async fn reconcile(
     view.metrics.reconciles.inc();
     let uid = cached.uid().unwrap_or_default();
     let written = ctx.written_version(&uid);
-    let Some(mut gsp) = observe::platform(view, &ctx.lists, cached, written.as_deref())
+    let holding = lock(&ctx.held).contains_key(&uid);
+    let Some(mut gsp) = observe::platform(view, &ctx.lists, cached, written.as_ref(), holding)
         .await
         .map_err(Error::Read)?
     else {
@@ -128,11 +130,13 @@ pub async fn reconcile(
     };
     // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
     let mut dr = observe::dr_objects(view, &gsp).await.map_err(Error::Read)?;
-    // While an update runs, a decision that acts on nothing and asks Core Hub to pause nothing need not
-    // be written at once (a crash before its write loses nothing): one that moves the step on is taken
-    // further in memory, and one that waits is held for up to `UNWRITTEN` in case what it waits for
-    // comes at once. The first decision that acts, or a wait held that long, writes them all together
-    // with their events. `written` is the status the API server holds when `gsp` holds one not written.
+    // While an update runs, a decision whose actions need no status (a pre-pull pod, GKO's finalizer
+    // put on: found again without one) and that asks Core Hub to pause nothing need not be written at
+    // once (a crash before its write loses nothing): one that moves the step on is taken further in
+    // memory, doing nothing of its own, and one that waits carries out its actions and is held for up
+    // to `UNWRITTEN` in case what it waits for comes at once. The first decision that needs its status,
+    // or a wait held that long, writes them all together with their events. `written` is the status the
+    // API server holds when `gsp` holds one not written.
     let mut unwritten = Unwritten::default();
     if let Some(held) = lock(&ctx.held).remove(&uid)
         && gsp.resource_version().as_ref() == Some(&held.base)
@@ -184,6 +188,21 @@ pub async fn reconcile(
                 unwritten.events.append(&mut decision.events);
                 let before = gsp.status.replace(decision.status);
                 unwritten.written.get_or_insert(before);
+                // What a decision that waits does needs no status (a pre-pull pod, GKO's finalizer
+                // put on): done now. A decision that moves on does nothing of its own: the step it
+                // moves to decides again what is still wanted (and Preflight and Snapshot keep the
+                // pre-pull pods an update made before its status was written, see `decide_now`).
+                if holds && !decision.actions.is_empty() {
+                    let actions = std::mem::take(&mut decision.actions);
+                    let (written, _) = commit::unwritten(view, &gsp, actions).await;
+                    // A finalizer change answers the platform as written: the next write starts from
+                    // its resourceVersion, and a status held waits on it. (A failed action is tried
+                    // again by the next decision, within `UNWRITTEN`.)
+                    if let Some(written) = written {
+                        gsp = written;
+                        ctx.wrote(&gsp);
+                    }
+                }
                 if moves_on {
                     continue;
                 }

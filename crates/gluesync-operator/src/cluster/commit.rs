@@ -3,7 +3,9 @@
 //! from) and answers a [`Committed`] platform, which only it makes; only a `Committed` platform runs
 //! actions ([`Committed::execute`]) and records events. So nothing a decision asks is done before the
 //! status that remembers it is written, but what needs no status to be found again
-//! ([`Action::beside_write`]: a pre-pull pod), which [`beside`] carries out while the status is written.
+//! ([`Action::needs_status`]: a pre-pull pod, GKO's finalizer put on): [`beside`] makes a pre-pull pod
+//! while the status is written, and [`unwritten`] carries out the actions of a decision that goes
+//! unwritten.
 
 use std::{
     collections::HashMap,
@@ -99,6 +101,40 @@ pub async fn beside(view: &View, gsp: &GluesyncPlatform, actions: Vec<Action>) -
         done.failed |= execute(view, gsp, action).await.is_err();
     }
     done
+}
+
+/// Carries out the actions of a decision that goes unwritten (none needs a status: see
+/// [`Action::needs_status`]): a pre-pull pod is made while the others are carried out in order. `gsp` is
+/// the platform in hand (its status the decision's); answers it as a finalizer change wrote it, with that
+/// status, when one did. An action that needs a status is not carried out (logged, and answered failed).
+pub async fn unwritten(
+    view: &View,
+    gsp: &GluesyncPlatform,
+    actions: Vec<Action>,
+) -> (Option<GluesyncPlatform>, Executed) {
+    let (early, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(Action::beside_write);
+    let (made, (written, mut done)) = tokio::join!(beside(view, gsp, early), async {
+        let mut done = Executed::default();
+        let mut written: Option<GluesyncPlatform> = None;
+        for action in rest {
+            if action.needs_status() {
+                warn!(
+                    ?action,
+                    "an action that waits for its status write was asked without one; not carried out"
+                );
+                done.failed = true;
+                continue;
+            }
+            match execute(view, written.as_ref().unwrap_or(gsp), action).await {
+                Ok(Some(updated)) => written = Some(updated),
+                Ok(None) => {}
+                Err(()) => done.failed = true,
+            }
+        }
+        (written, done)
+    });
+    done.failed |= made.failed;
+    (written, done)
 }
 
 /// What carrying out the actions did.

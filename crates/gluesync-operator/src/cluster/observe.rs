@@ -27,21 +27,37 @@ use crate::{
     },
 };
 
-/// The GluesyncPlatform to decide on: the cached one, or the API server's latest while an update runs
-/// or the platform is being deleted (an update acts on what it reads) unless the cache holds the very
-/// version this GKO wrote last (`written`: its resourceVersion), with its long pipeline lists
-/// joined back in, so the engine sees every id. `Ok(None)` while a list's ConfigMaps do not yet hold what
-/// the status names (the cache lags a write): try again shortly.
+/// A platform as this GKO last wrote it (or read it back).
+#[derive(Clone, Debug)]
+pub struct Written {
+    /// Its resourceVersion: a cache that holds it needs no read.
+    pub version: String,
+    /// Its status had an update: one not cached yet may be all the cache lacks (an update's first
+    /// status written, its earlier decisions having gone unwritten).
+    pub in_update: bool,
+}
+
+/// The GluesyncPlatform to decide on: the cached one, or the API server's latest unless the cache holds
+/// the very version this GKO wrote or read last (`written`), when GKO knows of none yet (it just
+/// started, or took the Lease), when the version it wrote last had an update, while it holds a decision
+/// not written (`holding`: its update may not be in the status yet), while the cached status has an
+/// update (an update acts on what it reads) or the platform is being deleted; with its long pipeline
+/// lists joined back in, so the engine sees every id. `Ok(None)` while a list's ConfigMaps do not yet
+/// hold what the status names (the cache lags a write): try again shortly.
 pub async fn platform(
     view: &View,
     lists: &Known,
     cached: &GluesyncPlatform,
-    written: Option<&str>,
+    written: Option<&Written>,
+    holding: bool,
 ) -> Result<Option<GluesyncPlatform>, kube::Error> {
     let mut gsp = cached.clone();
-    let caught_up = written.is_some() && written == cached.resource_version().as_deref();
+    let caught_up =
+        written.is_some_and(|w| Some(w.version.as_str()) == cached.resource_version().as_deref());
     if !caught_up
-        && (gsp.status.as_ref().is_some_and(|s| s.update.is_some())
+        && (written.is_none_or(|w| w.in_update)
+            || holding
+            || gsp.status.as_ref().is_some_and(|s| s.update.is_some())
             || gsp.metadata.deletion_timestamp.is_some())
     {
         gsp = view.read_platform(&gsp.name_any()).await?;

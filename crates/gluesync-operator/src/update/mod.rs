@@ -96,7 +96,8 @@ pub enum Action {
     },
     DeletePod(String),
     /// Delete a pre-pull pod (see [`prepull`]). No status needs to remember it: a pod left behind is
-    /// deleted by the next decision outside PrePull, so it waits for whatever write comes next.
+    /// deleted by a later decision (PrePull's, when its plan does not want it; any once the pipelines
+    /// run again).
     DeletePrePull(String),
     /// Create a pod (a pre-pull pod, see [`prepull`]); one that exists already is fine.
     CreatePod(Box<k8s_openapi::api::core::v1::Pod>),
@@ -126,10 +127,16 @@ pub enum Action {
 }
 
 impl Action {
-    /// Must the status be written before this action? Every action but the deletion of a pre-pull
-    /// pod: a decision whose actions need no status can pass through unwritten (see the controller).
+    /// Must the status be written before this action? Every action but those found again without a
+    /// status, and undone when no update wants them: a pre-pull pod made or deleted (found by its label;
+    /// a decision outside PrePull deletes it) and GKO's finalizer put on (on the platform itself; taken
+    /// off once nothing is left to settle). A decision whose actions need no status can pass through
+    /// unwritten, its actions carried out all the same (see the controller).
     pub fn needs_status(&self) -> bool {
-        !matches!(self, Action::DeletePrePull(_))
+        !matches!(
+            self,
+            Action::DeletePrePull(_) | Action::CreatePod(_) | Action::AddFinalizer
+        )
     }
 
     /// May this action be carried out beside the status write that remembers its decision, rather than
@@ -377,10 +384,14 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         }
     }
     // The pre-pull pods (completed once the drain starts) go once the pipelines run again: while they
-    // are paused the cluster does nothing but the update's own work.
+    // are paused the cluster does nothing but the update's own work. They stay from the update's start:
+    // a decision in PrePull may make them before any status of the update is written, and an update
+    // begun again from Preflight (its statuses not written) finds them pulling.
     let pausing = matches!(
         u.step.name(),
-        UpdateStep::PrePull
+        UpdateStep::Preflight
+            | UpdateStep::Snapshot
+            | UpdateStep::PrePull
             | UpdateStep::Drain
             | UpdateStep::CoreHub
             | UpdateStep::CoreHubRollback
@@ -394,11 +405,11 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
         // Leftover pipelines are resumed while the modules roll.
         pipelines::ledger(gsp, obs, &mut d, None);
     }
-    // GKO's finalizer goes on with the first write past Snapshot (the pre-pull's, the wait's or the
-    // drain's first), before anything is paused: decisions made in Preflight and Snapshot change
-    // nothing, and pass through unwritten.
-    // It goes first, before any image changes; in PrePull, which changes nothing, after the pods, so
-    // that their pulls start a write earlier.
+    // GKO's finalizer goes on with the first decision past Snapshot (the pre-pull's, the wait's or
+    // the drain's first), before anything is paused: decisions made in Preflight and Snapshot change
+    // nothing. It needs no status: a decision that waits carries it out unwritten (in PrePull beside
+    // its pods; the drain asks nothing before the finalizer is on).
+    // It goes first, before any image changes; in PrePull, which changes nothing, after the pods.
     let planning = matches!(name, UpdateStep::Preflight | UpdateStep::Snapshot);
     if !planning
         && !gsp.finalizers().iter().any(|f| f == FINALIZER)

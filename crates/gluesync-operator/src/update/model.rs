@@ -864,29 +864,34 @@ impl State {
     }
 
     /// GKO decides as the controller does, taking the decisions that may go unwritten further in memory
-    /// while the step moves on, makes what the first one that is written makes beside its write
-    /// ([`Action::beside_write`]), and crashes before that write lands. `None` when that decision
-    /// makes nothing beside its write (a crash before the write is explored anyway).
+    /// while the step moves on (doing nothing of theirs), then carries out what the first decision that
+    /// stays does without its status: every action of one that waits unwritten (none needs a status,
+    /// [`Action::needs_status`]), or what one that is written makes beside its write
+    /// ([`Action::beside_write`]); and crashes before any of their statuses is written. `None` when it
+    /// carried out nothing (a crash before the write is explored anyway).
     fn lost_write(&self) -> Result<Option<State>, String> {
+        let mut s = self.clone();
         let mut gsp = self.gsp.clone();
+        let mut acted = false;
         for _ in 0..32 {
-            let d = self.decision(&gsp);
-            let beside: Vec<&Action> = d.actions.iter().filter(|a| a.beside_write()).collect();
-            if !beside.is_empty() {
-                let mut s = self.clone();
-                for action in beside {
-                    s.apply(action)?;
-                }
-                s.budget.crashes -= 1;
-                s.gko = Process::default();
-                return Ok(Some(s));
+            let d = s.decision(&gsp);
+            let unwritten = d.passes_through() && d.status.update.is_some();
+            if d.again && unwritten {
+                gsp.status = Some(d.status);
+                continue;
             }
-            if !(d.again && d.passes_through() && d.status.update.is_some()) {
-                return Ok(None);
+            for action in d.actions.iter().filter(|a| unwritten || a.beside_write()) {
+                s.apply(action)?;
+                acted = true;
             }
-            gsp.status = Some(d.status);
+            break;
         }
-        Ok(None)
+        if !acted {
+            return Ok(None);
+        }
+        s.budget.crashes -= 1;
+        s.gko = Process::default();
+        Ok(Some(s))
     }
 
     /// Carries out every action in hand and hands the background work over (a fair run's GKO).
@@ -1300,7 +1305,7 @@ impl State {
                 && let Some(lost) = self.lost_write()?
             {
                 out.push((
-                    "GKO reconciles, makes a pre-pull pod beside its status write, and crashes before the write lands".into(),
+                    "GKO reconciles, does what needs no status (a pre-pull pod, its finalizer), and crashes before the status is written".into(),
                     lost,
                 ));
             }
@@ -2417,12 +2422,13 @@ fn nothing_is_paused_before_the_new_image_is_on_the_node() {
     holds_with(Gate::PrePull);
 }
 
-/// A pre-pull pod is made beside the status write that enters the step PrePull (the steps before it
-/// pass through unwritten): when that write never lands (GKO stops first), the pod is there and the
-/// status names a step before PrePull; the next GKO starts the update again, takes the pod in (its name is the
-/// same), and no pod is left once the update has ended.
+/// A pre-pull pod and GKO's finalizer need no status: the step PrePull makes them while its status may
+/// go unwritten (the steps before it pass through unwritten too). When GKO stops before that status is
+/// written, the pod and the finalizer are there and the status names a step before PrePull; the next GKO
+/// starts the update again, takes the pod in (its name is the same), and neither the pod nor the
+/// finalizer is left once the update has ended.
 #[test]
-fn a_pre_pull_pod_made_beside_a_write_that_never_lands_is_taken_in_and_goes() {
+fn a_pre_pull_pod_made_before_any_status_is_written_is_taken_in_and_goes() {
     let budget = Budget {
         crashes: 1,
         outages: 0,
@@ -2451,9 +2457,11 @@ fn a_pre_pull_pod_made_beside_a_write_that_never_lands_is_taken_in_and_goes() {
             None
         })
         .expect("no decision makes a pre-pull pod");
-    // The pod was made; the write that would have entered the step PrePull was lost with GKO's
-    // memory: the status names a step before it.
+    // The pod was made and the finalizer put on; the write that would have entered the step PrePull
+    // was lost with GKO's memory: the status names a step before it.
     assert!(!lost.pulls.is_empty());
+    assert!(lost.gsp.metadata.finalizers.is_some());
+    assert!(s.gsp.metadata.finalizers.is_none());
     assert_eq!(lost.status(), s.status());
     let step = s.status().update.map(|u| u.step.name());
     assert!(

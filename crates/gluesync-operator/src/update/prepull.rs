@@ -145,6 +145,13 @@ pub(super) fn pre_pull(
     };
     let seen: BTreeMap<&str, &PrePullPod> =
         observed(gsp, obs).map(|p| (p.name.as_str(), p)).collect();
+    // A pod this plan does not want (one of a plan given up before its status was written, or for a
+    // node its workload left) pulls nothing the update needs: it goes.
+    for (name, p) in &seen {
+        if !matches!(p.state, PullState::Refused(..)) && !pulls.iter().any(|w| w.name == *name) {
+            d.actions.push(Action::DeletePrePull(name.to_string()));
+        }
+    }
     let since = u.step.since().clone();
     let mut pending = vec![];
     for pull in &pulls {

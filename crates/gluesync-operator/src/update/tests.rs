@@ -2900,6 +2900,62 @@ fn a_pull_that_does_not_end_in_time_or_a_pod_refused_refuses_the_update() {
     );
 }
 
+/// A pre-pull's pods may be made before any status of the update is written (its decision waits
+/// unwritten): an update begun again from the status before it (GKO stopped, or the status held was
+/// given up) keeps them through Preflight and Snapshot and takes them in, and its PrePull deletes only a
+/// pod it does not want (one of a plan given up, or for a node its workload left).
+#[test]
+fn pre_pull_pods_made_before_any_status_stay_through_an_update_begun_again_and_only_unwanted_go() {
+    use crate::update::observed::{PrePullPod, PullState};
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    let before = g.status.clone();
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    let made: Vec<String> = world.pre_pulls.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(made.len(), 2, "{:?}", world.pre_pulls);
+    let stray = PrePullPod {
+        name: "gluesync-pre-pull-000000000000".into(),
+        state: PullState::Pulling,
+        ..world.pre_pulls[0].clone()
+    };
+    world.pre_pulls.push(stray.clone());
+    // The update's statuses are lost: it begins again from the status before it.
+    g.status = before;
+    let mut reached = false;
+    for t in 2..12 {
+        let step = update_step(&g);
+        let d = world.step(&mut g, t);
+        let deleted: Vec<&String> = d
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePrePull(name) => Some(name),
+                _ => None,
+            })
+            .collect();
+        if step == Some(PrePull) {
+            assert_eq!(deleted, [&stray.name], "{step:?}: {:?}", d.actions);
+            assert!(
+                !d.actions.iter().any(|a| matches!(a, Action::CreatePod(_))),
+                "a pod made again: {:?}",
+                d.actions
+            );
+            reached = true;
+            break;
+        }
+        assert!(deleted.is_empty(), "{step:?} deleted pods: {:?}", d.actions);
+    }
+    assert!(reached, "no PrePull: {:?}", update_step(&g));
+    // The pods it wants are still there, pulling.
+    for name in &made {
+        assert!(
+            world.pre_pulls.iter().any(|p| &p.name == name),
+            "{name} gone: {:?}",
+            world.pre_pulls
+        );
+    }
+}
+
 /// Preflight and Snapshot change nothing and make no action (they pass through unwritten); the
 /// pre-pull's first decision makes its pods, then puts GKO's finalizer on (their pulls start a write
 /// earlier); the pods stay while the pipelines are paused and go once they run again.
@@ -2970,16 +3026,21 @@ fn the_finalizer_follows_the_pre_pull_pods_which_go_once_the_pipelines_run_again
     assert!(status(&g).update.is_none());
 }
 
-/// Only a pre-pull pod's deletion may wait for whatever write comes next: every other action is
-/// done after the status that remembers it.
+/// Only what is found again without a status (a pre-pull pod made or deleted, GKO's finalizer put on)
+/// may be done before the status that remembers it is written: every other action is done after it
+/// (the finalizer taken off among them: it goes once a status says nothing is left to settle).
 #[test]
-fn only_a_pre_pull_pods_deletion_needs_no_status_before_it() {
-    assert!(!Action::DeletePrePull("p".into()).needs_status());
+fn only_what_is_found_again_without_a_status_needs_none_before_it() {
+    for a in [
+        Action::DeletePrePull("p".into()),
+        Action::CreatePod(Box::default()),
+        Action::AddFinalizer,
+    ] {
+        assert!(!a.needs_status(), "{a:?}");
+    }
     for a in [
         Action::DeletePod("p".into()),
-        Action::AddFinalizer,
         Action::RemoveFinalizer,
-        Action::CreatePod(Box::default()),
         Action::SetImage {
             kind: crate::api::WorkloadKind::StatefulSet,
             name: "w".into(),
@@ -3612,8 +3673,8 @@ fn to_the_end(
 }
 
 /// A decision may go unwritten only when it acts on nothing a status must remember and asks Core Hub to
-/// pause nothing: the deletion of a pre-pull pod and a worker that lists or resumes pass through; any
-/// other action, or a pipeline to be asked into maintenance mode, does not.
+/// pause nothing: a pre-pull pod made or deleted, GKO's finalizer put on and a worker that lists or
+/// resumes pass through; any other action, or a pipeline to be asked into maintenance mode, does not.
 #[test]
 fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     let work = |enter: &[&str]| corehub::Work {
@@ -3644,6 +3705,9 @@ fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     assert!(!d.passes_through());
     d.corehub = None;
     d.actions.push(Action::AddFinalizer);
+    d.actions.push(Action::CreatePod(Box::default()));
+    assert!(d.passes_through());
+    d.actions.push(Action::RemoveFinalizer);
     assert!(!d.passes_through());
     // Only a pre-pull pod is made beside the status write.
     assert!(!Action::AddFinalizer.beside_write());
