@@ -54,6 +54,9 @@ pub struct Context {
     written: std::sync::Mutex<std::collections::HashMap<String, observe::Written>>,
     /// The resourceVersion of each platform that did not parse, once reported: said once per version.
     unparsed: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// The Lease's transitions as the last reconcile saw them: `written` and `held` are forgotten when
+    /// leadership changed hands since (another GKO may have written meanwhile).
+    term: std::sync::atomic::AtomicU64,
 }
 
 impl Context {
@@ -71,6 +74,7 @@ impl Context {
             written: Default::default(),
             held: Default::default(),
             unparsed: Default::default(),
+            term: Default::default(),
         }
     }
 }
@@ -119,6 +123,13 @@ pub async fn reconcile(
         return Ok(Requeue::await_change());
     }
     view.metrics.reconciles.inc();
+    // What this GKO knows of its own writes and of the decisions it holds is from before leadership last
+    // changed hands, if it did: another GKO may have written since.
+    let term = view.writer.leadership().transitions();
+    if ctx.term.swap(term, std::sync::atomic::Ordering::Relaxed) != term {
+        lock(&ctx.written).clear();
+        lock(&ctx.held).clear();
+    }
     let uid = cached.uid().unwrap_or_default();
     let written = ctx.written_version(&uid);
     let holding = lock(&ctx.held).contains_key(&uid);
@@ -128,6 +139,8 @@ pub async fn reconcile(
     else {
         return Ok(Requeue::requeue(Duration::from_secs(1)));
     };
+    // The version decided on (read fresh, or cached) is the one to compare the cache with next time.
+    ctx.wrote(&gsp);
     // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
     let mut dr = observe::dr_objects(view, &gsp).await.map_err(Error::Read)?;
     // While an update runs, a decision whose actions need no status (a pre-pull pod, GKO's finalizer

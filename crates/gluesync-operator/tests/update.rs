@@ -184,8 +184,9 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
 /// with the pipelines it asks (before they are asked), CoreHub (before its image changes) and the end.
 /// Preflight and Snapshot change nothing and pass through; PrePull makes what needs no status (its pods,
 /// GKO's finalizer: found again without one), so a pull that ends within 100 ms is not written apart,
-/// and GKO's finalizer is on before any status of the update is written (13 status writes before, then
-/// 4 with PrePull's). Its events are recorded all the same.
+/// and on this quick path (its finalizer patch answered at once) GKO's finalizer is on before any status
+/// of the update is written (13 status writes before, then 4 with PrePull's). Its events are recorded
+/// all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_update_writes_only_the_statuses_crash_safety_needs() -> anyhow::Result<()> {
     use gluesync_operator::api::UpdateStep;

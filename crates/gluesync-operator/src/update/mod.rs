@@ -129,9 +129,10 @@ pub enum Action {
 impl Action {
     /// Must the status be written before this action? Every action but those found again without a
     /// status, and undone when no update wants them: a pre-pull pod made or deleted (found by its label;
-    /// a decision outside PrePull deletes it) and GKO's finalizer put on (on the platform itself; taken
-    /// off once nothing is left to settle). A decision whose actions need no status can pass through
-    /// unwritten, its actions carried out all the same (see the controller).
+    /// deleted once the pipelines run again, or by PrePull when its plan does not want it) and GKO's
+    /// finalizer put on (on the platform itself; taken off once nothing is left to settle). A decision
+    /// whose actions need no status can pass through unwritten: one that waits carries them out all the
+    /// same, one that moves on leaves them to the decisions after it (see the controller).
     pub fn needs_status(&self) -> bool {
         !matches!(
             self,
@@ -142,7 +143,7 @@ impl Action {
     /// May this action be carried out beside the status write that remembers its decision, rather than
     /// after it? Only the creation of a pre-pull pod: the pod is found again by its label without any
     /// status, and if the write does not land (refused as stale, or GKO stops first) a later decision
-    /// takes it in (its name is the same for the same pull) or deletes it (while no pipeline is paused,
+    /// takes it in (its name is the same for the same pull) or deletes it (once the pipelines run again,
     /// every pre-pull pod goes). Its step is then bound by the pod's run, not by the write before it.
     pub fn beside_write(&self) -> bool {
         matches!(self, Action::CreatePod(_))
@@ -174,8 +175,8 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// Whether a decision may go unwritten: it acts on nothing a status must remember (the deletion of a
-    /// pre-pull pod waits for the next write, and a later decision asks it again), and the work it hands
+    /// Whether a decision may go unwritten: it acts on nothing a status must remember (a pre-pull pod
+    /// made or deleted, GKO's finalizer put on: see [`Action::needs_status`]), and the work it hands
     /// Core Hub's worker pauses nothing (it lists, or resumes pipelines the written ledger already holds:
     /// asked again after a crash, which does no harm), so a crash before the next write loses nothing the
     /// status must remember.

@@ -9,8 +9,11 @@
 //! on to the gates (approval, windows) and the drain. A pull that fails (ErrImagePull,
 //! ImagePullBackOff, InvalidImageName...) or does not end within `prePull.timeoutSeconds`, and a pod the
 //! API server refuses to create, refuse the update with nothing paused or changed. The pods go once the
-//! pipelines run again (see `decide_now`), whatever ended the step; a GKO that takes over deletes any
-//! left behind (and the GluesyncPlatform's deletion takes them with it, through their owner).
+//! pipelines run again (see `decide_now`), whatever ended the step; a GKO that takes over once the update
+//! has ended deletes any left behind, one that begins the update again takes them in, and PrePull deletes
+//! a pod its plan does not want (the GluesyncPlatform's deletion takes them with it, through their owner).
+//! The pods and GKO's finalizer need no status: the decision that waits for the pull makes them, written
+//! or not (see the controller).
 
 use std::collections::BTreeMap;
 
