@@ -207,11 +207,10 @@ pub async fn reconcile(
                 // pre-pull pods an update made before its status was written, see `decide_now`).
                 if holds && !decision.actions.is_empty() {
                     let actions = std::mem::take(&mut decision.actions);
-                    let (written, _) = commit::unwritten(view, &gsp, actions).await;
                     // A finalizer change answers the platform as written: the next write starts from
                     // its resourceVersion, and a status held waits on it. (A failed action is tried
                     // again by the next decision, within `UNWRITTEN`.)
-                    if let Some(written) = written {
+                    if let Some(written) = commit::unwritten(view, &gsp, actions).await {
                         gsp = written;
                         ctx.wrote(&gsp);
                     }

@@ -106,15 +106,15 @@ pub async fn beside(view: &View, gsp: &GluesyncPlatform, actions: Vec<Action>) -
 /// Carries out the actions of a decision that goes unwritten (none needs a status: see
 /// [`Action::needs_status`]): a pre-pull pod is made while the others are carried out in order. `gsp` is
 /// the platform in hand (its status the decision's); answers it as a finalizer change wrote it, with that
-/// status, when one did. An action that needs a status is not carried out (logged, and answered failed).
+/// status, when one did. A failure is logged, and the next decision asks again (a held decision is
+/// decided again within 100 ms); an action that needs a status is not carried out (logged).
 pub async fn unwritten(
     view: &View,
     gsp: &GluesyncPlatform,
     actions: Vec<Action>,
-) -> (Option<GluesyncPlatform>, Executed) {
+) -> Option<GluesyncPlatform> {
     let (early, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(Action::beside_write);
-    let (made, (written, mut done)) = tokio::join!(beside(view, gsp, early), async {
-        let mut done = Executed::default();
+    let (_, written) = tokio::join!(beside(view, gsp, early), async {
         let mut written: Option<GluesyncPlatform> = None;
         for action in rest {
             if action.needs_status() {
@@ -122,19 +122,16 @@ pub async fn unwritten(
                     ?action,
                     "an action that waits for its status write was asked without one; not carried out"
                 );
-                done.failed = true;
                 continue;
             }
-            match execute(view, written.as_ref().unwrap_or(gsp), action).await {
-                Ok(Some(updated)) => written = Some(updated),
-                Ok(None) => {}
-                Err(()) => done.failed = true,
+            if let Ok(Some(updated)) = execute(view, written.as_ref().unwrap_or(gsp), action).await
+            {
+                written = Some(updated);
             }
         }
-        (written, done)
+        written
     });
-    done.failed |= made.failed;
-    (written, done)
+    written
 }
 
 /// What carrying out the actions did.
