@@ -1,13 +1,18 @@
 # The two commands of the README, and a few helpers.
-.PHONY: demo test bench heap heap-write fuzz chaos crd reference model-check mutants cluster-up cluster-down release plugin
+.PHONY: demo test test-unit bench heap heap-write fuzz chaos crd reference model-check mutants cluster-up cluster-down release plugin
 
 ## Run GKO on the local control plane with a sample Gluesync install.
 demo:
 	hack/demo.sh
 
-## Run the whole test suite (unit and cluster tests).
+## Run the whole test suite: unit and cluster tests (cargo-nextest, concurrently), then the full model
+## check. `hack/test.sh update::` runs one module of the cluster tests, `hack/test.sh <name>` one test.
 test:
 	hack/test.sh
+
+## The tests that need no cluster (every crate's unit tests, the model check's quick runs): the inner loop.
+test-unit:
+	hack/test.sh --unit
 
 ## Fuzz the Conductor API's request parsing (SECONDS=60).
 fuzz:

@@ -9,5 +9,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 . hack/cluster-session.sh
 eval "$(hack/controlplane.sh env)"
 
-CHAOS_SECONDS=${1:-120} cargo test --locked -p gluesync-operator --test chaos -- \
-  --ignored --nocapture --test-threads 1 generated_histories_keep_every_invariant
+CHAOS_SECONDS=${1:-120} cargo test --locked -p gluesync-operator --test cluster -- \
+  --ignored --nocapture --test-threads 1 chaos::generated_histories_keep_every_invariant

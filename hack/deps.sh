@@ -19,3 +19,13 @@ for component in rustfmt clippy; do
     rustup component add "$component"
   fi
 done
+# cargo-nextest runs the test suite (hack/test.sh): pinned, built once into the cache outside the repo
+# (tools/bin, beside cargo-mutants), so CI pays for it once per cache.
+nextest_version=0.9.151
+tools="${GKO_CACHE_DIR:-$HOME/.cache/gluesync-operator}/tools"
+if ! "$tools/bin/cargo-nextest" nextest --version 2>/dev/null | grep -q "^cargo-nextest $nextest_version"; then
+  echo "[deps] installing cargo-nextest $nextest_version into $tools (once)" >&2
+  # Without its self-update (an HTTP client and a TLS stack of its own: minutes of build, unused here).
+  cargo install -q --locked --version "$nextest_version" --root "$tools" --no-default-features \
+    --features default-no-update cargo-nextest
+fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds GKO as the previous release shipped it, once, and prints the binary's path: for the tests that
-# start an update under that release and let this one finish it (tests/upgrade.rs).
+# start an update under that release and let this one finish it (tests/cluster/upgrade.rs).
 #
 # The release is the tag PREVIOUS_RELEASE (v0.3.0); a clone without tags uses the commit the tag names,
 # PREVIOUS_RELEASE_COMMIT. The sources come from git (`git archive`), so the clone must hold that commit

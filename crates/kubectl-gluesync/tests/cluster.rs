@@ -2,7 +2,7 @@
 //! reads (the screen, the piped progress lines), what a script reads (JSON against the status, exit
 //! codes), and each refusal.
 
-#[path = "../../gluesync-operator/tests/common/mod.rs"]
+#[path = "../../gluesync-operator/tests/cluster/common/mod.rs"]
 mod common;
 mod support;
 

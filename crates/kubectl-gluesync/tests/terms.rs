@@ -2,7 +2,7 @@
 //! update approved with `kubectl gluesync approve`, replaced by a new spec while it waits, and refused when
 //! no approval comes; a maintenance window that is closed, opens, and closes during a long drain.
 
-#[path = "../../gluesync-operator/tests/common/mod.rs"]
+#[path = "../../gluesync-operator/tests/cluster/common/mod.rs"]
 mod common;
 mod support;
 
@@ -103,11 +103,8 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
             })
     })
     .await?;
-    assert!(
-        event_reasons(&ns)
-            .await?
-            .contains(&"UpdatePlanReplaced".to_string())
-    );
+    // Events follow the status writes that cause them: waited for, not read once.
+    event_reasons_through(&ns, "UpdatePlanReplaced").await?;
     let second = g.status.unwrap().update.unwrap().approval_id.unwrap();
     assert_eq!(second, "generation-3");
 
@@ -122,7 +119,7 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
         UpdateResult::Succeeded
     );
     assert_eq!(s.last_attempt.as_ref().unwrap().paused_pipelines.len(), 20);
-    let reasons = event_reasons(&ns).await?;
+    let reasons = event_reasons_through(&ns, "UpdateSucceeded").await?;
     for r in [
         "WaitingForApproval",
         "UpdateApproved",
@@ -215,11 +212,7 @@ async fn a_closed_window_holds_the_update_until_it_opens_and_its_closing_does_no
         "the phase stays what it was"
     );
     assert_eq!(s.next_window.as_ref().map(|t| t.0), Some(opens));
-    assert!(
-        event_reasons(&ns)
-            .await?
-            .contains(&"WaitingForMaintenanceWindow".to_string())
-    );
+    event_reasons_through(&ns, "WaitingForMaintenanceWindow").await?;
     let screen = stdout(&plugin(&ns, &["status"]));
     assert!(
         screen.contains("Window:     the update waits for the maintenance window at"),

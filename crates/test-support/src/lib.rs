@@ -35,6 +35,10 @@ pub struct ControlPlane {
     /// Folder of kubectl, helm and the other binaries.
     pub bin_dir: PathBuf,
     pub repo_root: PathBuf,
+    /// Its certificates, data, logs and kubeconfig (`GKO_CLUSTER_DIR` of `hack/controlplane.sh`).
+    pub cluster_dir: PathBuf,
+    /// The first of its loopback ports (`GKO_CP_PORT_BASE`).
+    pub port_base: u16,
 }
 
 /// The repository's root folder.
@@ -45,16 +49,64 @@ pub fn repo_root() -> PathBuf {
         .expect("the repository root exists")
 }
 
+/// The shared control plane's folder and first port, as `hack/controlplane.sh` takes them.
+fn shared_settings() -> (PathBuf, u16) {
+    let dir = std::env::var("GKO_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/gko-cluster".into());
+    let base = std::env::var("GKO_CP_PORT_BASE")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(26400);
+    (PathBuf::from(dir), base)
+}
+
 /// Starts the local control plane, or finds the one running. Panics with the script's output when it
 /// cannot, since no cluster test can run then.
 pub fn control_plane() -> &'static ControlPlane {
     static CP: OnceLock<ControlPlane> = OnceLock::new();
     CP.get_or_init(|| {
+        let (dir, base) = shared_settings();
+        ControlPlane::up(dir, base)
+    })
+}
+
+/// The control planes a few tests have to themselves, beside the shared one: each named here, with the
+/// shared one's folder and the name (`/tmp/gko-cluster-chaos`), and ports of its own.
+const OWN_PLANES: [&str; 3] = ["chaos", "crds", "restart"];
+
+/// A control plane of its own for the tests that change what a whole cluster shares, so that the tests
+/// on the shared one, running beside them, never see it: the random fault schedules and the restart
+/// test kill kube-apiserver and kwok (`chaos`, `restart`), the definition's own tests install and
+/// uninstall the GluesyncPlatform CRD (`crds`). Started on first use like the shared one, and stopped with
+/// it by `hack/test.sh`. `name` is one of [`OWN_PLANES`].
+pub fn own_control_plane(name: &str) -> &'static ControlPlane {
+    static PLANES: [OnceLock<ControlPlane>; OWN_PLANES.len()] =
+        [const { OnceLock::new() }; OWN_PLANES.len()];
+    let index = OWN_PLANES
+        .iter()
+        .position(|p| *p == name)
+        .unwrap_or_else(|| panic!("no control plane is named {name}: {OWN_PLANES:?}"));
+    PLANES[index].get_or_init(|| {
+        let (dir, base) = shared_settings();
+        let mut own = dir.into_os_string();
+        own.push(format!("-{name}"));
+        // Each plane takes 7 ports from its base: 20 apart leaves room.
+        ControlPlane::up(PathBuf::from(own), base + 20 * (index as u16 + 1))
+    })
+}
+
+impl ControlPlane {
+    /// `hack/controlplane.sh up` for the plane in `cluster_dir`, on ports from `port_base`.
+    fn up(cluster_dir: PathBuf, port_base: u16) -> ControlPlane {
         let root = repo_root();
-        let script = root.join("hack/controlplane.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("up")
+        let mut cp = ControlPlane {
+            kubeconfig: cluster_dir.join("kubeconfig"),
+            bin_dir: PathBuf::new(),
+            repo_root: root,
+            cluster_dir,
+            port_base,
+        };
+        let out = cp
+            .script(&["up"])
             .output()
             .expect("running hack/controlplane.sh up");
         if !out.status.success() {
@@ -64,22 +116,24 @@ pub fn control_plane() -> &'static ControlPlane {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let bin = Command::new("bash")
-            .arg(&script)
-            .arg("bin")
+        let bin = cp
+            .script(&["bin"])
             .output()
             .expect("running hack/controlplane.sh bin");
-        let cluster_dir =
-            std::env::var("GKO_CLUSTER_DIR").unwrap_or_else(|_| "/tmp/gko-cluster".into());
-        ControlPlane {
-            kubeconfig: PathBuf::from(cluster_dir).join("kubeconfig"),
-            bin_dir: PathBuf::from(String::from_utf8_lossy(&bin.stdout).trim()),
-            repo_root: root,
-        }
-    })
-}
+        cp.bin_dir = PathBuf::from(String::from_utf8_lossy(&bin.stdout).trim());
+        cp
+    }
 
-impl ControlPlane {
+    /// `hack/controlplane.sh` with `args`, for this plane.
+    pub fn script(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.repo_root.join("hack/controlplane.sh"))
+            .args(args)
+            .env("GKO_CLUSTER_DIR", &self.cluster_dir)
+            .env("GKO_CP_PORT_BASE", self.port_base.to_string());
+        cmd
+    }
+
     /// A client for the current test's runtime (clients are not shared between runtimes).
     pub async fn client(&self) -> anyhow::Result<Client> {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
@@ -156,9 +210,13 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
-    /// Creates `gko-<hint>-<random>`.
+    /// Creates `gko-<hint>-<random>` on the shared control plane.
     pub async fn new(hint: &str) -> anyhow::Result<TestNamespace> {
-        let cp = control_plane();
+        Self::new_on(control_plane(), hint).await
+    }
+
+    /// Creates `gko-<hint>-<random>` on the control plane `cp`.
+    pub async fn new_on(cp: &'static ControlPlane, hint: &str) -> anyhow::Result<TestNamespace> {
         let client = cp.client().await?;
         let suffix = format!("{:x}", rand_u32());
         let hint: String = hint

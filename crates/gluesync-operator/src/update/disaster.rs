@@ -1957,7 +1957,7 @@ mod tests {
             ),
             (&before, SecretState::Missing, format!("{secret} does not exist")),
             (&before, SecretState::NoKey { made_by_gko: false }, format!("{secret} has no sharedSecret")),
-            // As GKO reads a Secret it wrote whose key was taken out by hand (tests/disaster.rs).
+            // As GKO reads a Secret it wrote whose key was taken out by hand (tests/cluster/disaster.rs).
             (&before, SecretState::NoKey { made_by_gko: true }, format!("{secret} has no sharedSecret")),
             (
                 &before,

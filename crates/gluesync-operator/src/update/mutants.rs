@@ -1,7 +1,7 @@
 //! Deliberate bugs, each breaking one promise GKO keeps, to show that the checks of those promises bite:
 //! the model checker's tests switch one on per thread; a GKO built with the Cargo feature `test-hooks`
 //! (the test suite's build) takes one from the environment variable `GKO_TEST_MUTANT` (its name, as
-//! below), for the random fault schedules (`tests/chaos.rs`). A build without the feature (`make release`,
+//! below), for the random fault schedules (`tests/cluster/chaos.rs`). A build without the feature (`make release`,
 //! the image) has none: [`mutated`] is `false` there, and the name of the variable is not in the binary.
 //! The same feature holds the fault point `GKO_PAUSE_AFTER_STATUS_WRITE` (see `fault_point`).
 

@@ -1,7 +1,7 @@
 //! What whoever holds GKO's own credentials can and cannot do: tried as an attacker would, against the
 //! real control plane, with the Role of deploy/rbac.yaml and the one GKO's chart renders.
 
-mod common;
+use crate::common;
 
 use std::{sync::Arc, time::Duration};
 

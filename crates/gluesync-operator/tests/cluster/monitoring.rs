@@ -3,7 +3,7 @@
 //! that must not), each with a runbook in docs/troubleshooting.md; and the Grafana dashboard, whose every
 //! query names a metric that a running GKO serves on its /metrics.
 
-mod common;
+use crate::common;
 
 use std::{collections::BTreeSet, path::PathBuf, process::Command, time::Duration};
 

@@ -1,5 +1,6 @@
 //! The catalog is reached through the HTTPS proxy of `HTTPS_PROXY`, except for hosts in `NO_PROXY`.
-//! A test binary of its own: it sets the process's environment.
+//! The test sets the process's environment, which every test beside it would read: it runs in a process of
+//! its own, the test binary started again with this test alone.
 
 use std::sync::{Arc, Mutex};
 
@@ -56,8 +57,29 @@ async fn proxy() -> anyhow::Result<(String, Arc<Mutex<Vec<String>>>)> {
     Ok((url, seen))
 }
 
+/// Set in the process that runs the test alone.
+const ALONE: &str = "GKO_TEST_PROXY_ALONE";
+
 #[tokio::test]
 async fn the_catalog_goes_through_https_proxy_unless_no_proxy_names_it() -> anyhow::Result<()> {
+    if std::env::var_os(ALONE).is_none() {
+        let name = "proxy::the_catalog_goes_through_https_proxy_unless_no_proxy_names_it";
+        let out = tokio::process::Command::new(std::env::current_exe()?)
+            .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+            .env(ALONE, "1")
+            .output()
+            .await?;
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        anyhow::ensure!(
+            out.status.success() && said.contains("test result: ok. 1 passed"),
+            "the test alone in its process: {said}"
+        );
+        return Ok(());
+    }
     let sim = Simulator::start(Options {
         addr: None,
         tls: true,
@@ -67,7 +89,7 @@ async fn the_catalog_goes_through_https_proxy_unless_no_proxy_names_it() -> anyh
     let host_port = sim.url.trim_start_matches("https://").to_string();
     let (proxy_url, seen) = proxy().await?;
 
-    // SAFETY: this test binary has one test, and sets the environment before any client reads it.
+    // SAFETY: this process runs this test alone, which sets the environment before any client reads it.
     unsafe {
         std::env::set_var("HTTPS_PROXY", &proxy_url);
         std::env::remove_var("NO_PROXY");

@@ -4,11 +4,10 @@
 //! second release beside the owner, uninstall, and the upgrade of a release installed with the previous
 //! chart, whose definition came from its `crds/` folder.
 //!
-//! The definition is cluster-wide, so this binary holds one test: cargo runs test binaries one after the
-//! other, and no other test sees the cluster without it. It puts the definition back as the other tests
-//! install it before it ends.
+//! The definition is cluster-wide, so the test runs on a control plane of its own: no other test sees a
+//! cluster without it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -181,13 +180,14 @@ fn printer_columns(crd: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_installs_upgrades_and_keeps_the_definition_and_adopts_the_platform_its_hook_made()
 -> anyhow::Result<()> {
-    let a = TestNamespace::new("crds-owner").await?;
-    let b = TestNamespace::new("crds-beside").await?;
-    let c = TestNamespace::new("crds-previous").await?;
+    let plane = gko_test_support::own_control_plane("crds");
+    let a = TestNamespace::new_on(plane, "crds-owner").await?;
+    let b = TestNamespace::new_on(plane, "crds-beside").await?;
+    let c = TestNamespace::new_on(plane, "crds-previous").await?;
     let dir = std::env::temp_dir().join(format!("gko-crds-{}", a.name));
     std::fs::create_dir_all(&dir)?;
     let result = scenario(&a, &b, &c, &dir).await;
-    // Put the definition back as every other test binary expects it, whatever happened.
+    // Put the definition back as the tests install it, whatever happened.
     let restored = async {
         remove_definition(&a)?;
         common::install_crd(&a.client).await

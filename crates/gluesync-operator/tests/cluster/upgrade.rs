@@ -5,7 +5,7 @@
 //! the previous release wrote, and finishes it: the update succeeds with one history entry, each pipeline
 //! is asked into maintenance mode once and out once, and nothing is left paused but what a user paused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

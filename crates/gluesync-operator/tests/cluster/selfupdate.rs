@@ -4,7 +4,7 @@
 //! stops it (SIGTERM) when its pod goes. A pod whose image ends in `-crash` never becomes Ready, so no GKO
 //! of that version ever runs.
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{Arc, Mutex},

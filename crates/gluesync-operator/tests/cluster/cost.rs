@@ -2,7 +2,7 @@
 //! unrelated workloads are neither cached nor reconciled; a workload labelled later has its pods watched.
 //! (The figures, memory and reconciles against the number of unrelated pods, are `make bench`'s.)
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

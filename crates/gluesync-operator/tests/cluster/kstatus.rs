@@ -9,9 +9,8 @@
 //! check (deploy/argocd/health.lua), which must say Healthy, Progressing and Degraded where kstatus says
 //! Current, InProgress and Failed.
 
-#[path = "common/argocd.rs"]
-mod argocd;
-mod common;
+use crate::argocd;
+use crate::common;
 
 use std::{
     io::Write as _,

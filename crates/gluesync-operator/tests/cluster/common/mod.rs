@@ -18,18 +18,26 @@ use tokio::sync::watch;
 
 pub mod kubelet;
 
-pub const SAMPLE_INSTALL: &str = include_str!("../../../../examples/sample/install.yaml");
-pub const RBAC: &str = include_str!("../../../../deploy/rbac.yaml");
-pub const SAMPLE_PLATFORM: &str = include_str!("../../../../examples/sample/platform.yaml");
+pub const SAMPLE_INSTALL: &str = include_str!("../../../../../examples/sample/install.yaml");
+pub const RBAC: &str = include_str!("../../../../../deploy/rbac.yaml");
+pub const SAMPLE_PLATFORM: &str = include_str!("../../../../../examples/sample/platform.yaml");
 
 /// Installs the CRD generated from the current types and waits until it serves.
 pub async fn install_crd(client: &Client) -> anyhow::Result<()> {
     gko_test_support::install_crd(client, &gluesync_operator::crd(), FIELD_MANAGER).await
 }
 
-/// A namespace with the CRD installed.
+/// A namespace with the CRD installed, on the shared control plane.
 pub async fn namespace(hint: &str) -> anyhow::Result<TestNamespace> {
-    let ns = TestNamespace::new(hint).await?;
+    namespace_on(gko_test_support::control_plane(), hint).await
+}
+
+/// A namespace with the CRD installed, on the control plane `cp`.
+pub async fn namespace_on(
+    cp: &'static gko_test_support::ControlPlane,
+    hint: &str,
+) -> anyhow::Result<TestNamespace> {
+    let ns = TestNamespace::new_on(cp, hint).await?;
     install_crd(&ns.client).await?;
     Ok(ns)
 }
@@ -566,17 +574,22 @@ pub fn lease_field(ns: &TestNamespace, field: &str) -> anyhow::Result<String> {
         .to_string())
 }
 
-/// Kills one process of the control plane (`kube-apiserver` or `kwok`) and starts it again
+/// Kills one process of the control plane `cp` (`kube-apiserver` or `kwok`) and starts it again
 /// (`hack/controlplane.sh restart`), one restart at a time in this process; returns once it serves again.
-pub async fn restart_control_plane(process: &'static str) -> anyhow::Result<()> {
+/// Only on a plane of the test's own ([`gko_test_support::own_control_plane`]): the shared one's other
+/// tests would see it go.
+pub async fn restart_control_plane(
+    cp: &'static gko_test_support::ControlPlane,
+    process: &'static str,
+) -> anyhow::Result<()> {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    anyhow::ensure!(
+        !std::ptr::eq(cp, gko_test_support::control_plane()),
+        "the shared control plane is not restarted"
+    );
     tokio::task::spawn_blocking(move || {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/controlplane.sh");
-        let out = std::process::Command::new(script)
-            .args(["restart", process])
-            .output()?;
+        let out = cp.script(&["restart", process]).output()?;
         anyhow::ensure!(
             out.status.success(),
             "restarting {process}: {}",
@@ -607,27 +620,59 @@ pub fn helm(ns: &TestNamespace, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The kit's dependency on the GKO chart, packaged once per test run (`helm dependency build`).
+/// The kit's dependency on the GKO chart, packaged once per test run (`helm dependency build`; hack/test.sh
+/// packages it before any test starts). Tests run as processes of their own, side by side: the package is
+/// made again only when GKO's chart changed since, under a lock, so that no test reads it half written.
 pub fn kit() -> anyhow::Result<String> {
     static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let cp = gko_test_support::control_plane();
-            let out = cp
-                .command("helm")
-                .args(["dependency", "build"])
-                .arg(gko_test_support::repo_root().join("charts/gluesync-kit"))
-                .output()
-                .map_err(|e| e.to_string())?;
-            out.status
-                .success()
-                .then_some(())
-                .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
-        })
+        .get_or_init(|| build_kit().map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(|e| anyhow::anyhow!("helm dependency build: {e}"))?;
     Ok(gko_test_support::repo_root()
         .join("charts/gluesync-kit")
         .display()
         .to_string())
+}
+
+fn build_kit() -> anyhow::Result<()> {
+    let root = gko_test_support::repo_root();
+    let kit = root.join("charts/gluesync-kit");
+    let lock = std::fs::File::create(std::env::temp_dir().join("gko-kit-dependency.lock"))?;
+    lock.lock()?;
+    let packaged = std::fs::read_dir(kit.join("charts"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tgz"))
+        .filter_map(|e| e.metadata().ok()?.modified().ok())
+        .min();
+    let changed = newest_change(&root.join("charts/gluesync-operator"))?
+        .max(newest_change(&kit.join("Chart.yaml"))?);
+    if packaged.is_some_and(|p| p >= changed) {
+        return Ok(());
+    }
+    let out = gko_test_support::control_plane()
+        .command("helm")
+        .args(["dependency", "build"])
+        .arg(&kit)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// The last time anything under `path` changed.
+fn newest_change(path: &std::path::Path) -> anyhow::Result<std::time::SystemTime> {
+    let meta = std::fs::metadata(path)?;
+    let mut newest = meta.modified()?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            newest = newest.max(newest_change(&entry?.path())?);
+        }
+    }
+    Ok(newest)
 }

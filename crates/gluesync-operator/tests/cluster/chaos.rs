@@ -20,7 +20,7 @@
 //! `make chaos SECONDS=1800` runs histories for that long, three at a time (`CHAOS_LANES`), and prints how
 //! many histories, faults and invariant checks it ran.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeMap,
@@ -429,6 +429,12 @@ fn differences(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The control plane the histories run on: one of their own, since they kill and start kube-apiserver
+/// and kwok again, which the tests on the shared plane would see.
+fn plane() -> &'static gko_test_support::ControlPlane {
+    gko_test_support::own_control_plane("chaos")
+}
+
 /// Runs one history in a fresh namespace; the violations found (empty: none).
 async fn run(
     steps: &[Step],
@@ -437,7 +443,7 @@ async fn run(
     settle: Duration,
 ) -> anyhow::Result<Vec<String>> {
     let t0 = Instant::now();
-    let ns = retried("a namespace", || namespace("chaos")).await?;
+    let ns = retried("a namespace", || namespace_on(plane(), "chaos")).await?;
     let sim = simulator().await?;
     retried("the install", || async {
         install_with_simulator(
@@ -681,8 +687,8 @@ async fn run(
                 f.stuck.insert("p00003".into());
             }),
             Op::CatalogDown => sim.set_catalog_maintenance(true),
-            Op::ApiServerRestart => restart_control_plane("kube-apiserver").await?,
-            Op::KwokRestart => restart_control_plane("kwok").await?,
+            Op::ApiServerRestart => restart_control_plane(plane(), "kube-apiserver").await?,
+            Op::KwokRestart => restart_control_plane(plane(), "kwok").await?,
         }
     }
     let t2 = Instant::now();

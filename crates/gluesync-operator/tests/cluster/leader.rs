@@ -1,7 +1,7 @@
 //! Two GKO processes on one namespace: only the holder of the Lease calls Core Hub or writes to the
 //! cluster; killing the holder mid-update hands the update over to the other, which finishes it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! it: with the chart's ServiceAccount token and nothing else, the Deployment's environment, and the
 //! Conductor API's certificate from the chart's Secret.
 
-mod common;
+use crate::common;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -85,7 +85,7 @@ fn refusal(ns: &TestNamespace, chart: &str, sets: &[&str]) -> String {
 
 /// The values every test installs with: Core Hub and the catalog at the simulator, a short stability
 /// window, and GKO's pod ready at once. The definition is the shared cluster's, installed by the tests
-/// (`install_crd`), as an administrator installs it for several releases: tests/crds.rs installs it with
+/// (`install_crd`), as an administrator installs it for several releases: tests/cluster/crds.rs installs it with
 /// the chart.
 fn sets(sim: &gluesync_simulator::Simulator) -> Vec<String> {
     vec![
@@ -1386,7 +1386,7 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
         );
     }
     // The definition: rendered and kept by default, not kept with crds.keep=false, not rendered with
-    // crds.install=false (tests/crds.rs installs and upgrades it with helm).
+    // crds.install=false (tests/cluster/crds.rs installs and upgrades it with helm).
     let crd = "gluesyncplatforms.gluesync.molo17.com";
     let policy = |objects: &[Value]| {
         object(objects, "CustomResourceDefinition", crd)

@@ -1,6 +1,6 @@
 //! Cluster tests of the Conductor-compatible API the Core Hub UI calls.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gluesync_operator::api::{Phase, UpdateResult};

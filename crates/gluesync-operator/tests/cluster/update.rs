@@ -1,6 +1,6 @@
 //! Cluster tests of the update engine, with the Core Hub simulator.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -404,7 +404,7 @@ async fn an_unpullable_core_hub_fails_without_waiting_for_the_timeout() -> anyho
     let ns = namespace("unpullable").await?;
     let sim = simulator().await?;
     // A stability timeout far longer than the test's patience: only failing fast can pass. Without the
-    // pre-pull (which refuses such an update before anything is paused, tests/prepull.rs), the stability
+    // pre-pull (which refuses such an update before anything is paused, tests/cluster/prepull.rs), the stability
     // check is what meets the image.
     install_with_simulator(
         &ns,

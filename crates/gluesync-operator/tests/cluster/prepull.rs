@@ -4,7 +4,7 @@
 //! pull an image whose tag ends in "-slow-pull" on a node that has not pulled it; each test's tag names its
 //! namespace, so no other test has pulled it.
 
-mod common;
+use crate::common;
 
 use std::{collections::BTreeSet, time::Duration};
 

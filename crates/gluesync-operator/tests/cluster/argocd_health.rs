@@ -7,8 +7,7 @@
 //! GKO's own code (`status::idle`, `update::decide`), so the fixtures carry the conditions, reasons and
 //! messages GKO writes. Each fixture's verdict must also agree with `kubectl wait --for=condition=Ready`.
 
-#[path = "common/argocd.rs"]
-mod argocd;
+use crate::argocd;
 
 use argocd::{HEALTH_LUA, argocd_health, base_lua};
 use gluesync_operator::{
@@ -27,8 +26,8 @@ use gluesync_operator::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
-const ARGOCD_CM: &str = include_str!("../../../deploy/argocd/argocd-cm.yaml");
-const ARGOCD_DOC: &str = include_str!("../../../docs/argocd.md");
+const ARGOCD_CM: &str = include_str!("../../../../deploy/argocd/argocd-cm.yaml");
+const ARGOCD_DOC: &str = include_str!("../../../../docs/argocd.md");
 const HEALTH_KEY: &str = "resource.customizations.health.gluesync.molo17.com_GluesyncPlatform";
 
 const CORE_HUB: &str = "gluesync-gluesync-core-hub";

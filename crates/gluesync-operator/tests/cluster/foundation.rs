@@ -1,7 +1,7 @@
 //! Cluster tests of the foundation: the resource, the API server's validation of it, and a status that
 //! tells what runs. Each runs on the local control plane, in a namespace of its own.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! to ConfigMaps owned by the GluesyncPlatform before the status that names them; a GKO killed mid-update
 //! reads them back, and every pipeline is resumed.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,9 +1,8 @@
 //! The Secrets GKO may read and the Core Hub URLs it may send credentials to are settings of GKO, not of
 //! the resource: a spec naming anything else is Stalled, and nothing is read or sent.
 
-mod common;
-#[path = "common/tls_listener.rs"]
-mod tls_listener;
+use crate::common;
+use crate::tls_listener;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! update ends as it would have without the kill, each pipeline is asked to enter maintenance mode once
 //! per update, nothing is left paused, and history holds one entry per update.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -80,7 +80,7 @@ async fn an_update_survives_gko_killed_right_after_each_status_write() -> anyhow
         ) {
             // Each of these writes before it acts: its own write is the fault point. (PrePull makes
             // only what needs no status, its pods and GKO's finalizer: a pull that ends at once, as
-            // kwok's do, is passed through; tests/prepull.rs kills GKO in a pull that takes 20 s.)
+            // kwok's do, is passed through; tests/cluster/prepull.rs kills GKO in a pull that takes 20 s.)
             assert_eq!(at, Some(step), "update {i}");
         }
         gko.kill()?;

@@ -1,7 +1,7 @@
 //! Cluster tests of disaster recovery: two namespaces as the two sites of a pair, the simulator as each
 //! Core Hub, GKO building each site from the Conductor API (or the spec) and taking it down again.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

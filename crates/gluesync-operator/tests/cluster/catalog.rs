@@ -1,6 +1,6 @@
 //! Cluster tests of the version catalog checks: UpdateAvailable, check-now, offline, a failing catalog.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

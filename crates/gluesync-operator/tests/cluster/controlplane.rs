@@ -3,9 +3,9 @@
 //! the update, without waiting out minutes of back-off on watches the restarted API server refuses. And
 //! GKO stopped (SIGTERM) while the API server is out of its reach, before its caches ever filled: it
 //! exits within a pod's grace period instead of waiting for them forever.
-//! (Its own test binary: a restart would disturb tests running beside it.)
+//! (The restart is of a control plane of the test's own: the tests on the shared one run beside it.)
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -16,13 +16,17 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_asked_for_after_kube_apiserver_restarts_runs() -> anyhow::Result<()> {
-    let ns = namespace("apiserver-restart").await?;
+    let ns = namespace_on(
+        gko_test_support::own_control_plane("restart"),
+        "apiserver-restart",
+    )
+    .await?;
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 1}))?;
     let gko = Gko::spawn(&ns, GkoOptions::default())?;
     wait_settled(&ns).await?;
 
-    restart_control_plane("kube-apiserver").await?;
+    restart_control_plane(ns.cp, "kube-apiserver").await?;
     // The fault landed: GKO's watches were cut.
     gko_test_support::eventually("GKO's watches to fail", Duration::from_secs(30), || async {
         Ok(gko.said("client error (Connect)").then_some(()))
