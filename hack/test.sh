@@ -8,7 +8,7 @@
 #                                   filter (`-E 'test(/^helm::/)'`, `--run-ignored only`)
 #   hack/test.sh --unit             the tests that need no cluster (`make test-unit`), no model check
 #
-# cargo-nextest runs every test as a process of its own, GKO_TEST_THREADS (default 6) at once: the cluster
+# cargo-nextest runs every test as a process of its own, GKO_TEST_THREADS (default 8) at once: the cluster
 # tests spend most of their time waiting on the control plane, each in a namespace of its own; the few that
 # change what the whole cluster shares run alone (.config/nextest.toml). Each phase's time is printed at
 # the end, and appended to GKO_PHASE_LOG when it is set (.ci/run prints them with its own).
@@ -35,7 +35,7 @@ if [ "${1:-}" = --unit ]; then
 fi
 hack/deps.sh
 export PATH="${GKO_CACHE_DIR:-$HOME/.cache/gluesync-operator}/tools/bin:$PATH"
-threads=${GKO_TEST_THREADS:-6}
+threads=${GKO_TEST_THREADS:-8}
 
 # The tests that need no cluster: every crate's own unit tests, the krew manifest, and the Argo CD health
 # check (run by a real Lua).
