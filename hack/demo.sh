@@ -14,6 +14,17 @@ logs=${GKO_CLUSTER_DIR:-/tmp/gko-cluster}/logs
 sim_port=17170
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# The demo fails (exit 1) unless the update to $1 ended Succeeded.
+succeeded() {
+  local result
+  result=$(kubectl -n "$ns" get gsp gluesync -o jsonpath='{.status.lastAttempt.result}')
+  if [ "$result" != Succeeded ]; then
+    echo "demo: the update to $1 ended ${result:-without a result}, not Succeeded: $(kubectl -n "$ns" get gsp gluesync \
+      -o jsonpath='{.status.lastAttempt.message}'); GKO's log: $logs/gluesync-operator.log" >&2
+    exit 1
+  fi
+  echo "  the update to $1: Succeeded"
+}
 
 hack/deps.sh
 hack/controlplane.sh up
@@ -39,16 +50,20 @@ say "installing the Gluesync kit with GKO (charts/gluesync-kit, release gluesync
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 # A previous run's install goes first. Its GluesyncPlatform outlives the release (helm.sh/resource-policy:
 # keep): it is deleted by hand, its finalizer too, since no GKO runs now to take it off.
+# On a cluster that never had GKO there is neither: no GluesyncPlatform definition (so no `gsp` to ask
+# about) and no release.
+crd=customresourcedefinition/gluesyncplatforms.gluesync.molo17.com
 helm -n "$ns" uninstall gluesync --wait >/dev/null 2>&1 || true
-kubectl -n "$ns" patch gsp gluesync --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-kubectl -n "$ns" delete gsp gluesync --ignore-not-found >/dev/null
+if kubectl get "$crd" >/dev/null 2>&1; then
+  kubectl -n "$ns" patch gsp gluesync --type merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  kubectl -n "$ns" delete gsp gluesync --ignore-not-found --wait >/dev/null
+fi
 kubectl -n "$ns" create secret generic corehub-credentials --from-literal=username=admin \
   --from-literal=password=admin --dry-run=client -o yaml | kubectl -n "$ns" apply -f - >/dev/null
 helm dependency build charts/gluesync-kit >/dev/null
 # The release installs the GluesyncPlatform definition, unless the cluster has one that no release owns
 # (the one the cluster tests install): then it is left as it is.
 crds=()
-crd=customresourcedefinition/gluesyncplatforms.gluesync.molo17.com
 if kubectl get "$crd" >/dev/null 2>&1 &&
   [ -z "$(kubectl get "$crd" -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]; then
   crds=(--set operator.crds.install=false)
@@ -92,6 +107,7 @@ kill "$watch" 2>/dev/null || true
 wait "$watch" 2>/dev/null || true
 
 say "the last attempt"
+succeeded 2.3.2.2
 kubectl -n "$ns" get gsp gluesync -o jsonpath='{.status.lastAttempt.result}{": "}{.status.lastAttempt.message}{"\n"}{range .status.lastAttempt.results[*]}{"  "}{.name}{"\t"}{.status}{"\t"}{.from}{" -> "}{.to}{"\n"}{end}'
 echo "  pipelines paused and resumed: $(kubectl -n "$ns" get gsp gluesync -o jsonpath='{.status.lastAttempt.resumedPipelines}' | tr ',' '\n' | grep -c .)"
 
@@ -100,9 +116,11 @@ kubectl -n "$ns" get gsp gluesync \
   -o jsonpath='{range .status.history[*]}{.finishedAt}{"\t"}{.from}{" -> "}{.to}{"\t"}{.result}{"\t"}{.message}{"\n"}{end}'
 
 say "events"
-kubectl -n "$ns" get events --field-selector involvedObject.kind=GluesyncPlatform \
+# This install's own: a previous run's GluesyncPlatform left its events in the namespace.
+uid=$(kubectl -n "$ns" get gsp gluesync -o jsonpath='{.metadata.uid}')
+kubectl -n "$ns" get events --field-selector "involvedObject.kind=GluesyncPlatform,involvedObject.uid=$uid" \
   --sort-by=.eventTime -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message 2>/dev/null \
-  || kubectl -n "$ns" get events --field-selector involvedObject.kind=GluesyncPlatform
+  || kubectl -n "$ns" get events --field-selector "involvedObject.kind=GluesyncPlatform,involvedObject.uid=$uid"
 
 say "Core Hub 2.3.2.3 is released; the Core Hub UI asks GKO to update all, through the Conductor API"
 curl -sf -X PUT "http://127.0.0.1:$((sim_port + 1))/_sim/catalog/gluesync-core-hub" -H 'content-type: application/json' \
@@ -117,7 +135,9 @@ curl -s --cacert "$run_dir/tls.crt" --resolve "$gko.$ns.svc:$((sim_port + 2)):12
   -X POST "https://$gko.$ns.svc:$((sim_port + 2))/conductor/api/containers" -H "Authorization: Bearer $token" \
   -H 'content-type: application/json' -d '{"action":"update","ids":[],"releaseChannel":"ga"}'
 echo
+kubectl -n "$ns" wait gsp/gluesync --for=jsonpath='{.status.lastAttempt.target}'=2.3.2.3 --timeout=300s >/dev/null
 kubectl -n "$ns" get gsp
+succeeded 2.3.2.3
 
 cat <<EOF
 
