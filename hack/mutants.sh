@@ -89,7 +89,10 @@ if [ "$diff_mode" = 1 ] && [ "$report_only" = 0 ]; then
 fi
 
 mkdir -p "$out"
-export CARGO_TARGET_DIR="$cache/mutants/target"
+# MUTANTS_TARGET_DIR: where the mutants build (default: the cache's own folder, so that a long run never
+# holds the target directory a developer builds in; CI gives it the clone's, where `make test` built the
+# model check with the same profile, so the dependencies are not built twice).
+export CARGO_TARGET_DIR="${MUTANTS_TARGET_DIR:-$cache/mutants/target}"
 status=0
 if [ "$report_only" = 0 ]; then
   # Runs share the target directory: a second one would test the first one's mutated build.
