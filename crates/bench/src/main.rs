@@ -1769,7 +1769,7 @@ async fn main() -> anyhow::Result<()> {
     if wants("conductor") {
         conductor_load(Duration::from_secs(5)).await?;
     }
-    // Not part of `make bench`: the measure behind the README's word on why GKO keeps its own elector.
+    // Not part of `make bench`: the measure behind docs/development/benchmarks.md's word on why GKO keeps its own elector.
     if which.iter().any(|w| w == "lease") {
         lease::compare().await?;
     }

@@ -141,7 +141,7 @@ pub extern "C" fn pow(x: f64, y: f64) -> f64 {
 /// its own (up to eight per core), and memory freed in one is not reused by another: the ids of a listing
 /// parsed on a blocking thread and freed on a worker thread stay resident. GKO is I/O bound; one arena
 /// (with glibc's per-thread caches) costs it nothing measurable and keeps its resident memory near what
-/// it uses (100,000 pipelines: see the README's benchmarks). `MALLOC_ARENA_MAX` in the environment, as
+/// it uses (100,000 pipelines: see docs/development/benchmarks.md). `MALLOC_ARENA_MAX` in the environment, as
 /// glibc reads it, is left to say otherwise.
 fn one_malloc_arena() {
     if std::env::var_os("MALLOC_ARENA_MAX").is_some() {

@@ -3,7 +3,7 @@
 //!
 //! We write it ourselves: `kube-lease-manager` (0.13, on kube 5) keeps saying its holder leads while it
 //! cannot renew, and its candidates wake only at the expiry they last read (`gko-bench lease` measures
-//! both; the README's "More than one GKO" has the figures). It follows client-go's `leaderelection`
+//! both; docs/development/benchmarks.md has the figures). It follows client-go's `leaderelection`
 //! package:
 //!
 //! - The Lease is [`LEASE_NAME`] in GKO's namespace; the holder identity is the pod name. The

@@ -243,7 +243,7 @@ enum Gate {
     /// lands within the margin between a holder's lapse and another's start (5 s). A workload write
     /// stuck longer in the API server can land after the new holder moved on; the model finds such a
     /// history when it lets one (a write of Core Hub's new image landing after the new holder rolled Core
-    /// Hub back): README, "More than one GKO".
+    /// Hub back): docs/updates.md, "GKO restarts, and more than one GKO".
     Handover,
     /// Not a gate: the user may set a disaster-recovery setup up at any point, once, and tear it down
     /// at any later point, once. Core Hub's pod template holds environment of its own (one variable

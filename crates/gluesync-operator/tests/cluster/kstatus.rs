@@ -408,7 +408,7 @@ async fn kstatus_reads_an_update_in_progress_then_current() -> anyhow::Result<()
     let seen = check_trace(&exe, &versions)?;
     let labels: Vec<&str> = seen.iter().map(String::as_str).collect();
     // The steps that write a status of their own here (a Resume that Core Hub answers within 100 ms is
-    // not written apart from the next step: see README "Where an update's time goes").
+    // not written apart from the next step: see docs/development/benchmarks.md, "Where an update's time goes").
     for step in ["Drain", "CoreHub", "Modules"] {
         assert!(
             labels.contains(&format!("InProgress {step}").as_str()),
