@@ -124,6 +124,12 @@ impl ControlPlane {
         cp
     }
 
+    /// Whether this is the shared control plane (the one [`control_plane`] gives), which every test
+    /// without a plane of its own uses.
+    pub fn is_shared(&self) -> bool {
+        self.cluster_dir == shared_settings().0
+    }
+
     /// `hack/controlplane.sh` with `args`, for this plane.
     pub fn script(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("bash");
