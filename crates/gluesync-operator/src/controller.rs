@@ -143,11 +143,11 @@ pub async fn reconcile(
     ctx.wrote(&gsp);
     // The pair's Secret and Service, read once, and again only after GKO wrote or deleted one.
     let mut dr = observe::dr_objects(view, &gsp).await.map_err(Error::Read)?;
-    // While an update runs, a decision whose actions need no status (a pre-pull pod, GKO's finalizer
-    // put on: found again without one) and that asks Core Hub to pause nothing need not be written at
-    // once (a crash before its write loses nothing): one that moves the step on is taken further in
-    // memory, doing nothing of its own, and one that waits carries out its actions and is held for up
-    // to `UNWRITTEN` in case what it waits for comes at once. The first decision that needs its status,
+    // While an update runs, a decision whose actions need no status (a pre-pull pod deleted, GKO's
+    // finalizer put on: found again without one) and that asks Core Hub to pause nothing need not be
+    // written at once (a crash before its write loses nothing): one that moves the step on is taken
+    // further in memory, doing nothing of its own, and one that waits carries out its actions and is
+    // held for up to `UNWRITTEN` in case what it waits for comes at once. The first decision that needs its status,
     // or a wait held that long, writes them all together with their events. `written` is the status the
     // API server holds when `gsp` holds one not written.
     let mut unwritten = Unwritten::default();
@@ -201,10 +201,10 @@ pub async fn reconcile(
                 unwritten.events.append(&mut decision.events);
                 let before = gsp.status.replace(decision.status);
                 unwritten.written.get_or_insert(before);
-                // What a decision that waits does needs no status (a pre-pull pod, GKO's finalizer
-                // put on): done now. A decision that moves on does nothing of its own: the step it
-                // moves to decides again what is still wanted (and Preflight and Snapshot keep the
-                // pre-pull pods an update made before its status was written, see `decide_now`).
+                // What a decision that waits does needs no status (a pre-pull pod deleted, GKO's
+                // finalizer put on): done now. A decision that moves on does nothing of its own: the
+                // step it moves to decides again what is still wanted (and Preflight and Snapshot keep
+                // the pre-pull pods of an update begun again, see `decide_now`).
                 if holds && !decision.actions.is_empty() {
                     let actions = std::mem::take(&mut decision.actions);
                     // A finalizer change answers the platform as written: the next write starts from
@@ -235,27 +235,15 @@ pub async fn reconcile(
             gsp.status = before;
         }
         unwritten.since = None;
-        // What needs no status to be found again (a pre-pull pod) is made while the status is written.
-        let (early, actions): (Vec<_>, Vec<_>) = decision
-            .actions
-            .into_iter()
-            .partition(update::Action::beside_write);
-        let read = (!early.is_empty()).then(|| gsp.clone());
-        let (written, made) = tokio::join!(write(&ctx, gsp, decision.status), async {
-            match &read {
-                Some(read) => commit::beside(view, read, early).await,
-                None => commit::Executed::default(),
-            }
-        });
-        let Some(mut committed) = written? else {
+        let actions = decision.actions;
+        let Some(mut committed) = write(&ctx, gsp, decision.status).await? else {
             return Ok(Requeue::await_change());
         };
         // The background work first: it runs beside the actions (the drain's requests do not wait for
         // a pre-pull pod's deletion), and the status it may need is written.
         ctx.corehub.want(committed.platform(), decision.corehub);
         ctx.catalog.want(committed.platform(), decision.catalog);
-        let mut executed = committed.execute(view, actions).await;
-        executed.failed |= made.failed;
+        let executed = committed.execute(view, actions).await;
         if executed.pair_changed {
             dr = observe::dr_objects(view, committed.platform())
                 .await

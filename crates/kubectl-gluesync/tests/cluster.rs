@@ -46,12 +46,7 @@ async fn install(
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
     let gko = Operator::start_with_role(&ns).await?;
-    let g = wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    let g = wait_available(&ns).await?;
     Ok((ns, sim, gko, g))
 }
 

@@ -106,12 +106,12 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
     // Events follow the status writes that cause them: waited for, not read once.
     event_reasons_through(&ns, "UpdatePlanReplaced").await?;
     let second = g.status.unwrap().update.unwrap().approval_id.unwrap();
-    assert_eq!(second, "generation-3");
+    assert!(second.starts_with("generation-3-"), "{second}");
 
     // `kubectl gluesync approve`: the drain begins, and the update ends as any other.
     let o = plugin(&ns, &["approve"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains(&format!("{APPROVE_ANNOTATION}=generation-3")));
+    assert!(stdout(&o).contains(&format!("{APPROVE_ANNOTATION}={second}")));
     let g = wait_finished(&ns, 3).await?;
     let s = g.status.unwrap();
     assert_eq!(
@@ -135,6 +135,44 @@ async fn a_supervised_update_waits_untouched_until_approved_and_a_new_spec_needs
             .any(|t| t.step == UpdateStep::Waiting),
         "{:?}",
         s.history[0].steps
+    );
+
+    // The approval is the plan's alone: a later spec (a Git commit, say) that brings the approved
+    // plan's approvalID as its requestID, with a new pin, waits for an approval of its own while the
+    // old annotation still stands.
+    let enters = sim.calls().enter.len();
+    let grafana = image_of(&ns, "deployment", "gluesync-gluesync-grafana").await?;
+    patch_spec(
+        &ns,
+        json!({"modules": {"gluesync-gluesync-grafana": "11.3.0"}, "requestID": second}),
+    )
+    .await?;
+    let g = wait_for_platform(&ns, "the later plan to wait for its approval", |g| {
+        g.metadata.generation == Some(4) && reconciling(g).as_deref() == Some("WaitingForApproval")
+    })
+    .await?;
+    let third = g.status.unwrap().update.unwrap().approval_id.unwrap();
+    assert!(third.starts_with(&format!("{second}-")), "{third}");
+    assert_eq!(
+        g.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(APPROVE_ANNOTATION),
+        Some(&second),
+        "the old approval still stands"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let g = platforms(&ns).get("gluesync").await?;
+    assert_eq!(step_of(&g), Some(UpdateStep::Waiting));
+    assert_eq!(
+        sim.calls().enter.len(),
+        enters,
+        "nothing paused for the later plan"
+    );
+    assert_eq!(
+        image_of(&ns, "deployment", "gluesync-gluesync-grafana").await?,
+        grafana,
+        "nothing changed for the later plan"
     );
     Ok(())
 }

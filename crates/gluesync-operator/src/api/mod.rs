@@ -183,7 +183,8 @@ pub struct GluesyncPlatformSpec {
     /// `manual`: an update runs Preflight (and the pre-pull) and then waits, with nothing paused and
     /// nothing changed, until the annotation `gluesync.molo17.com/approve` carries its
     /// `status.update.approvalID`: the update's `spec.requestID` when that request brought it, else
-    /// `generation-<N>` (`kubectl gluesync approve`). `automatic`: updates run when asked.
+    /// `generation-<N>`, then a digest GKO draws when it makes the plan, so that an approval approves that
+    /// plan alone (`kubectl gluesync approve`). `automatic`: updates run when asked.
     #[serde(default)]
     pub approval: Approval,
 
@@ -523,9 +524,15 @@ pub struct UpdateStatus {
     /// Pipelines taken out of maintenance mode so far.
     #[serde(default, skip_serializing_if = "PipelineList::is_empty")]
     pub resumed_pipelines: PipelineList,
+    /// The pre-pull's pods (step `PrePull`): each one's name, node and image, written before GKO creates
+    /// it. The chart's admission policy lets GKO's ServiceAccount create a pre-pull pod only as listed
+    /// here (see docs/security.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_pulls: Vec<PrePullEntry>,
     /// Under `approval: manual`, the value of the `gluesync.molo17.com/approve` annotation that approves
-    /// this update: its `requestID` when this plan brought it, else `generation-<N>` (a new spec while it
-    /// waits makes a new plan, which needs its own approval).
+    /// this update: its `requestID` when this plan brought it, else `generation-<N>`, then `-` and ten hex
+    /// digits drawn when the plan was made (`generation-4-3f9a1c2be0`): every plan needs its own approval,
+    /// and an earlier plan's annotation approves nothing.
     #[serde(
         rename = "approvalID",
         default,
@@ -734,6 +741,16 @@ pub struct LateMaintenance {
     #[x_kube(merge_strategy = ListMerge::Atomic)]
     pub pipelines: PipelineList,
     pub until: Time,
+}
+
+/// One pod of the pre-pull: the image it pulls on its node.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrePullEntry {
+    /// The pod's name, `<platform>-pre-pull-<digest of node and image>`.
+    pub pod: String,
+    pub node: String,
+    pub image: String,
 }
 
 /// One component in an update plan.

@@ -3,9 +3,8 @@
 //! from) and answers a [`Committed`] platform, which only it makes; only a `Committed` platform runs
 //! actions ([`Committed::execute`]) and records events. So nothing a decision asks is done before the
 //! status that remembers it is written, but what needs no status to be found again
-//! ([`Action::needs_status`]: a pre-pull pod, GKO's finalizer put on): [`beside`] makes a pre-pull pod
-//! while the status is written, and [`unwritten`] carries out the actions of a decision that goes
-//! unwritten.
+//! ([`Action::needs_status`]: a pre-pull pod deleted, GKO's finalizer put on): [`unwritten`] carries out
+//! the actions of a decision that goes unwritten.
 
 use std::{
     collections::HashMap,
@@ -84,53 +83,29 @@ impl Committed {
     }
 }
 
-/// Carries out, while the decision's status is being written, the actions that need no status to be
-/// found again ([`Action::beside_write`]); `gsp` is the platform as read. A failure is logged and
-/// answered, as [`Committed::execute`] does; another kind of action is not carried out here.
-pub async fn beside(view: &View, gsp: &GluesyncPlatform, actions: Vec<Action>) -> Executed {
-    let mut done = Executed::default();
-    for action in actions {
-        if !action.beside_write() {
-            warn!(
-                ?action,
-                "an action that waits for the status write was asked beside it; not carried out"
-            );
-            done.failed = true;
-            continue;
-        }
-        done.failed |= execute(view, gsp, action).await.is_err();
-    }
-    done
-}
-
 /// Carries out the actions of a decision that goes unwritten (none needs a status: see
-/// [`Action::needs_status`]): a pre-pull pod is made while the others are carried out in order. `gsp` is
-/// the platform in hand (its status the decision's); answers it as a finalizer change wrote it, with that
-/// status, when one did. A failure is logged, and the next decision asks again (a held decision is
-/// decided again within 100 ms); an action that needs a status is not carried out (logged).
+/// [`Action::needs_status`]), in order. `gsp` is the platform in hand (its status the decision's);
+/// answers it as a finalizer change wrote it, with that status, when one did. A failure is logged, and
+/// the next decision asks again (a held decision is decided again within 100 ms); an action that needs
+/// a status is not carried out (logged).
 pub async fn unwritten(
     view: &View,
     gsp: &GluesyncPlatform,
     actions: Vec<Action>,
 ) -> Option<GluesyncPlatform> {
-    let (early, rest): (Vec<_>, Vec<_>) = actions.into_iter().partition(Action::beside_write);
-    let (_, written) = tokio::join!(beside(view, gsp, early), async {
-        let mut written: Option<GluesyncPlatform> = None;
-        for action in rest {
-            if action.needs_status() {
-                warn!(
-                    ?action,
-                    "an action that waits for its status write was asked without one; not carried out"
-                );
-                continue;
-            }
-            if let Ok(Some(updated)) = execute(view, written.as_ref().unwrap_or(gsp), action).await
-            {
-                written = Some(updated);
-            }
+    let mut written: Option<GluesyncPlatform> = None;
+    for action in actions {
+        if action.needs_status() {
+            warn!(
+                ?action,
+                "an action that waits for its status write was asked without one; not carried out"
+            );
+            continue;
         }
-        written
-    });
+        if let Ok(Some(updated)) = execute(view, written.as_ref().unwrap_or(gsp), action).await {
+            written = Some(updated);
+        }
+    }
     written
 }
 

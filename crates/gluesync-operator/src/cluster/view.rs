@@ -127,6 +127,7 @@ impl Written {
 #[derive(Clone, Debug)]
 pub struct RefusedPod {
     pub platform: String,
+    pub owner: Option<String>,
     pub node: String,
     pub image: String,
     pub at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -293,6 +294,7 @@ impl View {
         };
         let refused = RefusedPod {
             platform: seen.platform,
+            owner: seen.owner,
             node: seen.node,
             image: seen.image,
             at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
@@ -326,6 +328,7 @@ impl View {
                 seen.push(PrePullPod {
                     name: name.clone(),
                     platform: r.platform.clone(),
+                    owner: r.owner.clone(),
                     node: r.node.clone(),
                     image: r.image.clone(),
                     state: PullState::Refused(r.at.clone(), r.message.clone()),

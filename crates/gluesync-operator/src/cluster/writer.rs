@@ -45,6 +45,9 @@ pub struct Writer {
     leadership: Leadership,
 }
 
+/// How many times a pre-pull pod an admission policy refuses is asked for (see [`Writer::create_pod`]).
+pub const POLICY_TRIES: u32 = 10;
+
 /// A write refused by the API server because the object changed since it was read.
 pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409)
@@ -188,24 +191,32 @@ impl Writer {
         self.delete::<Pod>(namespace, name).await
     }
 
-    /// Creates a pod (a pre-pull pod); one of that name already there is fine.
+    /// Creates a pod (a pre-pull pod); one of that name already there is fine. The chart's admission
+    /// policy reads the pod's entry in the platform's status (`status.update.prePulls`) from the API
+    /// server's cache, which may be a moment behind the status write just made: a refusal by an admission
+    /// policy is tried again, [`POLICY_TRIES`] times in all, 100 ms apart, before it counts.
     pub async fn create_pod(&self, pod: &Pod) -> Result<(), kube::Error> {
         self.gate()?;
-        self.metrics.workload_writes.inc();
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        match Api::<Pod>::namespaced(self.client.clone(), namespace)
-            .create(
-                &kube::api::PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                pod,
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e),
+        let api = Api::<Pod>::namespaced(self.client.clone(), namespace);
+        let params = kube::api::PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let mut tries = 1;
+        loop {
+            self.metrics.workload_writes.inc();
+            match api.create(&params, pod).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+                Err(kube::Error::Api(s))
+                    if tries < POLICY_TRIES && s.message.contains("ValidatingAdmissionPolicy") =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 

@@ -33,8 +33,8 @@ pub struct Answer {
     pub open: bool,
     /// The request presented the credential Core Hub knows.
     pub known: bool,
-    /// The request's `Authorization` header is one GKO cannot read (repeated, or not visible ASCII): a
-    /// 400 before any identity check.
+    /// The request's `Authorization` header is one GKO cannot read (repeated, or not visible ASCII), or
+    /// it carries two `gs-auth` cookies: a 400 before any identity check.
     pub malformed: bool,
     pub status: StatusCode,
     pub body: Option<Value>,
@@ -131,7 +131,10 @@ impl Harness {
         let req = req.body(Body::from(raw[head..].to_vec())).ok()?;
         let open = super::open_route(req.uri().path());
         let presented = identities::Presented::from_headers(req.headers());
-        let malformed = presented == Err(identities::Unusable::Malformed);
+        let malformed = matches!(
+            presented,
+            Err(identities::Unusable::Malformed | identities::Unusable::TwoSessions)
+        );
         let known = presented.ok().flatten().is_some_and(|p| {
             [KNOWN_TOKEN, ADMIN_TOKEN].iter().any(|t| {
                 p.authorization.as_deref() == Some(&format!("Bearer {t}"))

@@ -88,6 +88,9 @@ pub struct Presented {
 pub enum Unusable {
     /// Not visible ASCII, or given more than once: 400.
     Malformed,
+    /// Two `gs-auth` cookies (in one `Cookie` header or in two): 400. GKO and Core Hub would not agree
+    /// on which one speaks (Core Hub reads the first), so neither is taken.
+    TwoSessions,
     /// Another scheme than `Bearer` (a browser adds `Basic` or `Negotiate` by itself for a proxy), or
     /// an empty token: 401.
     NotBearer,
@@ -98,6 +101,18 @@ impl Presented {
     /// cookie is not forwarded: the token alone speaks for the caller), else its `gs-auth` cookie;
     /// `Ok(None)` when it has neither.
     pub fn from_headers(headers: &axum::http::HeaderMap) -> Result<Option<Presented>, Unusable> {
+        let sessions = headers
+            .get_all("cookie")
+            .iter()
+            .flat_map(|h| h.as_bytes().split(|b| *b == b';'))
+            .filter(|pair| {
+                let name = pair.split(|b| *b == b'=').next().unwrap_or_default();
+                name.trim_ascii() == b"gs-auth"
+            })
+            .count();
+        if sessions > 1 {
+            return Err(Unusable::TwoSessions);
+        }
         let mut given = headers.get_all("authorization").iter();
         if let Some(value) = given.next() {
             if given.next().is_some() {
@@ -502,6 +517,36 @@ mod tests {
         assert_eq!(
             Presented::from_headers(&twice).err(),
             Some(Unusable::Malformed)
+        );
+    }
+
+    #[test]
+    fn two_session_cookies_are_refused_in_one_header_or_two() {
+        for h in [
+            headers(&[("cookie", b"gs-auth=viewer; gs-auth=manager")]),
+            headers(&[
+                ("cookie", b"gs-auth=viewer"),
+                ("cookie", b"theme=dark;gs-auth=manager"),
+            ]),
+            headers(&[("cookie", b"gs-auth=a; gs-auth=a")]),
+            headers(&[
+                ("authorization", b"Bearer tok"),
+                ("cookie", b"gs-auth=a; gs-auth=b"),
+            ]),
+        ] {
+            assert_eq!(
+                Presented::from_headers(&h).err(),
+                Some(Unusable::TwoSessions)
+            );
+        }
+        // Another cookie whose name ends the same is not a second session.
+        let one = headers(&[("cookie", b"old-gs-auth=x; gs-auth=a")]);
+        assert_eq!(
+            Presented::from_headers(&one)
+                .unwrap()
+                .and_then(|p| p.session)
+                .as_deref(),
+            Some("a")
         );
     }
 

@@ -389,6 +389,7 @@ impl Api {
             Ok(None) => return Err(refusal(Refusal::NotAuthenticated)),
             Err(identities::Unusable::Malformed) => return Err(refusal(Refusal::Malformed)),
             Err(identities::Unusable::NotBearer) => return Err(refusal(Refusal::NotBearer)),
+            Err(identities::Unusable::TwoSessions) => return Err(refusal(Refusal::TwoSessions)),
         };
         let by_cookie = presented.by_cookie();
         let ids = &self.identities;
@@ -449,6 +450,8 @@ enum Refusal {
     Malformed,
     /// An `Authorization` header of another scheme than `Bearer`.
     NotBearer,
+    /// More than one `gs-auth` cookie.
+    TwoSessions,
     /// GKO could not ask Core Hub (unreachable, an error, a spec GKO may not follow, an unknown role).
     VerificationFailed,
     /// Over the budget of identity checks.
@@ -470,6 +473,11 @@ fn refusal(why: Refusal) -> Response {
             StatusCode::BAD_REQUEST,
             "Bad Authorization header",
             "send one Authorization header with a Bearer token, or none",
+        ),
+        Refusal::TwoSessions => failure(
+            StatusCode::BAD_REQUEST,
+            "Bad Cookie header",
+            "send one gs-auth cookie: sign out of Core Hub and in again",
         ),
         Refusal::NotBearer => failure(
             StatusCode::UNAUTHORIZED,

@@ -15,7 +15,7 @@ pub use super::windows::{fit, problem, when};
 use super::{Decision, Observed, move_to, settle_outcome};
 use crate::api::{
     APPROVE_ANNOTATION, Approval, GluesyncPlatform, MaintenanceWindow, Reason, UpdateResult,
-    UpdateStatus, UpdateStep,
+    UpdateStatus, UpdateStep, ids::digest,
 };
 
 /// Condition reason while an update waits for its approval.
@@ -135,15 +135,31 @@ fn window_message(
     }
 }
 
-/// The value of the approve annotation that approves this update.
+/// The value of the approve annotation that approves this plan, made when GKO makes the plan: the
+/// `spec.requestID` that brought it (else `generation-<N>`), then a digest of the platform, the generation,
+/// the target and the instant the plan was made, to the nanosecond. So an approval names one plan alone:
+/// one given to an earlier plan (the same requestID or generation written again into a new spec) never
+/// approves a later one, and none can be written before its plan exists.
 pub fn approval_id(
     gsp: &GluesyncPlatform,
     request_id: Option<&str>,
     brought_request: bool,
+    now: &Time,
 ) -> Option<String> {
-    (gsp.spec.approval == Approval::Manual).then(|| match request_id {
-        Some(r) if brought_request => r.to_string(),
-        _ => format!("generation-{}", gsp.metadata.generation.unwrap_or(0)),
+    (gsp.spec.approval == Approval::Manual).then(|| {
+        let generation = gsp.metadata.generation.unwrap_or(0);
+        let name = match request_id {
+            Some(r) if brought_request => r.to_string(),
+            _ => format!("generation-{generation}"),
+        };
+        let nonce = digest(&[
+            gsp.uid().unwrap_or_default(),
+            generation.to_string(),
+            gsp.spec.version.clone(),
+            name.clone(),
+            now.0.as_nanosecond().to_string(),
+        ]);
+        format!("{name}-{}", &nonce[..10])
     })
 }
 

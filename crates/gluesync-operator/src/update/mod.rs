@@ -128,25 +128,14 @@ pub enum Action {
 
 impl Action {
     /// Must the status be written before this action? Every action but those found again without a
-    /// status, and undone when no update wants them: a pre-pull pod made or deleted (found by its label;
-    /// deleted once the pipelines run again, or by PrePull when its plan does not want it) and GKO's
-    /// finalizer put on (on the platform itself; taken off once nothing is left to settle). A decision
-    /// whose actions need no status can pass through unwritten: one that waits carries them out all the
-    /// same, one that moves on leaves them to the decisions after it (see the controller).
+    /// status, and undone when no update wants them: a pre-pull pod deleted (found by its label and
+    /// owner) and GKO's finalizer put on (on the platform itself; taken off once nothing is left to
+    /// settle). A decision whose actions need no status can pass through unwritten: one that waits
+    /// carries them out all the same, one that moves on leaves them to the decisions after it (see the
+    /// controller). A pre-pull pod is made only once the status lists it (`status.update.prePulls`):
+    /// the admission policy lets GKO create no other.
     pub fn needs_status(&self) -> bool {
-        !matches!(
-            self,
-            Action::DeletePrePull(_) | Action::CreatePod(_) | Action::AddFinalizer
-        )
-    }
-
-    /// May this action be carried out beside the status write that remembers its decision, rather than
-    /// after it? Only the creation of a pre-pull pod: the pod is found again by its label without any
-    /// status, and if the write does not land (refused as stale, or GKO stops first) a later decision
-    /// takes it in (its name is the same for the same pull) or deletes it (once the pipelines run again,
-    /// every pre-pull pod goes). Its step is then bound by the pod's run, not by the write before it.
-    pub fn beside_write(&self) -> bool {
-        matches!(self, Action::CreatePod(_))
+        !matches!(self, Action::DeletePrePull(_) | Action::AddFinalizer)
     }
 }
 
@@ -176,7 +165,7 @@ pub struct Decision {
 
 impl Decision {
     /// Whether a decision may go unwritten: it acts on nothing a status must remember (a pre-pull pod
-    /// made or deleted, GKO's finalizer put on: see [`Action::needs_status`]), and the work it hands
+    /// deleted, GKO's finalizer put on: see [`Action::needs_status`]), and the work it hands
     /// Core Hub's worker pauses nothing (it lists, or resumes pipelines the written ledger already holds:
     /// asked again after a crash, which does no harm), so a crash before the next write loses nothing the
     /// status must remember.
@@ -408,8 +397,8 @@ fn decide_now(gsp: &GluesyncPlatform, obs: &Observed) -> Decision {
     }
     // GKO's finalizer goes on with the first decision past Snapshot (the pre-pull's, the wait's or
     // the drain's first), before anything is paused: decisions made in Preflight and Snapshot change
-    // nothing. It needs no status: a decision that waits carries it out unwritten (in PrePull beside
-    // its pods; the drain asks nothing before the finalizer is on).
+    // nothing. It needs no status: a decision that waits carries it out unwritten (in PrePull with
+    // its pods, once their status is written; the drain asks nothing before the finalizer is on).
     // It goes first, before any image changes; in PrePull, which changes nothing, after the pods.
     let planning = matches!(name, UpdateStep::Preflight | UpdateStep::Snapshot);
     if !planning
@@ -544,9 +533,15 @@ fn fresh(gsp: &GluesyncPlatform, obs: &Observed, brought_request: bool) -> Updat
         generation: gsp.metadata.generation.unwrap_or(0),
         started_at: obs.now.clone(),
         components: vec![],
-        approval_id: gate::approval_id(gsp, gsp.spec.request_id.as_deref(), brought_request),
+        approval_id: gate::approval_id(
+            gsp,
+            gsp.spec.request_id.as_deref(),
+            brought_request,
+            &obs.now,
+        ),
         steps: vec![],
         resumed_pipelines: crate::api::PipelineList::new(),
+        pre_pulls: vec![],
         outcome: None,
         previous_phase: previous
             .update

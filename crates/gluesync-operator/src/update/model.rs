@@ -40,8 +40,9 @@
 //!   point among them ([`Gate::Disaster`]): Core Hub's pod template changes for the setup only while no
 //!   update runs, its image only while no setup changes the template; a setup wanted ends Active on
 //!   Core Hub's pods, and a teardown leaves the template exactly as it was.
-//! - GKO making a pre-pull pod beside its status write and stopping before the write lands: nothing
-//!   is left once the update ends.
+//! - A pre-pull pod made only once a written status lists it (`status.update.prePulls`, what the
+//!   admission policy reads; any other is a violation), and GKO stopping anywhere around it: nothing is
+//!   left once the update ends.
 //!
 //! Breadth-first, so a violation comes with its shortest history, printed as a readable sequence of
 //! events.
@@ -747,6 +748,7 @@ impl State {
             .map(|(name, state)| crate::update::observed::PrePullPod {
                 name: name.clone(),
                 platform: "gluesync".into(),
+                owner: Some("uid".into()),
                 node: "n1".into(),
                 image: NEW.into(),
                 state: state.clone(),
@@ -830,17 +832,11 @@ impl State {
         )
     }
 
-    /// One reconcile: decide, make what needs no status beside the status write
-    /// ([`Action::beside_write`]), write the status (or have it refused), keep the other actions to
-    /// carry out.
+    /// One reconcile: decide, write the status (or have it refused), keep the actions to carry out.
     fn reconcile(&self, write: Write) -> Result<State, String> {
         let mut s = self.clone();
         let d = s.decision(&s.gsp);
-        let (beside, actions): (Vec<_>, Vec<_>) =
-            d.actions.into_iter().partition(Action::beside_write);
-        for action in &beside {
-            s.apply(action)?;
-        }
+        let actions = d.actions;
         if s.gsp.status.as_ref() != Some(&d.status) {
             if write == Write::Refused {
                 s.budget.conflicts -= 1;
@@ -866,8 +862,7 @@ impl State {
     /// GKO decides as the controller does, taking the decisions that may go unwritten further in memory
     /// while the step moves on (doing nothing of theirs), then carries out what the first decision that
     /// stays does without its status: every action of one that waits unwritten (none needs a status,
-    /// [`Action::needs_status`]), or what one that is written makes beside its write
-    /// ([`Action::beside_write`]); and crashes before any of their statuses is written. `None` when it
+    /// [`Action::needs_status`]); and crashes before any of their statuses is written. `None` when it
     /// carried out nothing (a crash before the write is explored anyway).
     fn lost_write(&self) -> Result<Option<State>, String> {
         let mut s = self.clone();
@@ -880,9 +875,11 @@ impl State {
                 gsp.status = Some(d.status);
                 continue;
             }
-            for action in d.actions.iter().filter(|a| unwritten || a.beside_write()) {
-                s.apply(action)?;
-                acted = true;
+            if unwritten {
+                for action in &d.actions {
+                    s.apply(action)?;
+                    acted = true;
+                }
             }
             break;
         }
@@ -994,6 +991,23 @@ impl State {
                 let name = pod.metadata.name.clone().unwrap_or_default();
                 if self.gate != Some(Gate::PrePull) {
                     return Err(format!("a pre-pull pod {name} with no node to pull on"));
+                }
+                // The admission policy lets GKO create only the pods the written status lists.
+                let listed = self.status().update.is_some_and(|u| {
+                    u.pre_pulls.iter().any(|e| {
+                        e.pod == name
+                            && pod.spec.as_ref().is_some_and(|s| {
+                                s.node_name.as_deref() == Some(e.node.as_str())
+                                    && s.containers.first().and_then(|c| c.image.as_deref())
+                                        == Some(e.image.as_str())
+                            })
+                    })
+                });
+                if !listed {
+                    return Err(format!(
+                        "a pre-pull pod {name} made that no written status lists (the admission \
+                         policy refuses it)"
+                    ));
                 }
                 self.pulls
                     .entry(name)
@@ -1305,7 +1319,7 @@ impl State {
                 && let Some(lost) = self.lost_write()?
             {
                 out.push((
-                    "GKO reconciles, does what needs no status (a pre-pull pod, its finalizer), and crashes before the status is written".into(),
+                    "GKO reconciles, does what needs no status (a pre-pull pod deleted, its finalizer put on), and crashes before the status is written".into(),
                     lost,
                 ));
             }
@@ -2422,13 +2436,12 @@ fn nothing_is_paused_before_the_new_image_is_on_the_node() {
     holds_with(Gate::PrePull);
 }
 
-/// A pre-pull pod and GKO's finalizer need no status: the step PrePull makes them while its status may
-/// go unwritten (the steps before it pass through unwritten too). When GKO stops before that status is
-/// written, the pod and the finalizer are there and the status names a step before PrePull; the next GKO
-/// starts the update again, takes the pod in (its name is the same), and neither the pod nor the
-/// finalizer is left once the update has ended.
+/// A pre-pull pod is made only once a written status lists it (`status.update.prePulls`, what the
+/// admission policy reads): no decision that goes unwritten makes one (the model refuses a pod made
+/// otherwise, see `apply`), GKO's finalizer alone may be put on without a status, and a GKO that stops
+/// after the status names the pull takes the pod in and leaves none once the update has ended.
 #[test]
-fn a_pre_pull_pod_made_before_any_status_is_written_is_taken_in_and_goes() {
+fn a_pre_pull_pod_is_made_only_once_a_written_status_lists_it() {
     let budget = Budget {
         crashes: 1,
         outages: 0,
@@ -2437,44 +2450,40 @@ fn a_pre_pull_pod_made_before_any_status_is_written_is_taken_in_and_goes() {
     };
     let mut s = State::initial(Fate::Ready, Fate::Ready, budget, Some(Gate::PrePull));
     let initial_phase = s.status().phase;
-    let lost = (0..20)
-        .find_map(|_| {
-            if let Some(lost) = s.lost_write().unwrap() {
-                return Some(lost);
-            }
-            s = s.reconcile(Write::Lands).unwrap();
-            s.carry_out_all().unwrap();
-            if let Some(check) = &s.gko.check {
-                s.gko.answer = Some(Answer {
-                    token: check.token.clone(),
-                    at: time(s.now, s.seq),
-                    result: Ok(catalog()),
-                });
-            }
-            if s.gko.work.is_some() {
-                s = s.list();
-            }
-            None
-        })
-        .expect("no decision makes a pre-pull pod");
-    // The pod was made and the finalizer put on; the write that would have entered the step PrePull
-    // was lost with GKO's memory: the status names a step before it.
-    assert!(!lost.pulls.is_empty());
-    assert!(lost.gsp.metadata.finalizers.is_some());
-    assert!(s.gsp.metadata.finalizers.is_none());
-    assert_eq!(lost.status(), s.status());
-    let step = s.status().update.map(|u| u.step.name());
-    assert!(
-        matches!(
-            step,
-            None | Some(UpdateStep::Preflight | UpdateStep::Snapshot)
-        ),
-        "{step:?}"
+    let mut made = false;
+    for _ in 0..20 {
+        if let Some(lost) = s.lost_write().unwrap() {
+            assert_eq!(
+                lost.pulls, s.pulls,
+                "a decision that went unwritten made a pod"
+            );
+        }
+        s = s.reconcile(Write::Lands).unwrap();
+        s.carry_out_all().unwrap();
+        if !s.pulls.is_empty() {
+            made = true;
+            break;
+        }
+        if let Some(check) = &s.gko.check {
+            s.gko.answer = Some(Answer {
+                token: check.token.clone(),
+                at: time(s.now, s.seq),
+                result: Ok(catalog()),
+            });
+        }
+        if s.gko.work.is_some() {
+            s = s.list();
+        }
+    }
+    assert!(made, "no decision made a pre-pull pod");
+    assert_eq!(
+        s.status().update.map(|u| u.step.name()),
+        Some(UpdateStep::PrePull)
     );
-    assert_eq!(lost.budget.crashes, 0);
-    assert!(lost.gko.actions.is_empty());
-    // The next GKO starts the update again, takes the pod in, and leaves none once the update ends.
-    lost.settle(initial_phase, &mut HashSet::new()).unwrap();
+    // GKO stops now: the next one takes the pod in, and none is left once the update has ended.
+    s.budget.crashes -= 1;
+    s.gko = Process::default();
+    s.settle(initial_phase, &mut HashSet::new()).unwrap();
 }
 
 #[test]

@@ -107,6 +107,9 @@ pub struct PrePullPod {
     pub name: String,
     /// The GluesyncPlatform it pulls for (its label's value).
     pub platform: String,
+    /// The uid of the GluesyncPlatform that controls it (its controller owner reference): a pod GKO
+    /// made has its platform's; a pod labelled by someone else may have none, and is never touched.
+    pub owner: Option<String>,
     pub node: String,
     pub image: String,
     pub state: PullState,

@@ -12,8 +12,9 @@
 //! pipelines run again (see `decide_now`), whatever ended the step; a GKO that takes over once the update
 //! has ended deletes any left behind, one that begins the update again takes them in, and PrePull deletes
 //! a pod its plan does not want (the GluesyncPlatform's deletion takes them with it, through their owner).
-//! The pods and GKO's finalizer need no status: the decision that waits for the pull makes them, written
-//! or not (see the controller).
+//! A pod is made only once a written status lists it (`status.update.prePulls`: GKO's admission policies
+//! let its token create no other); only pods labelled for this platform and owned by it are GKO's, taken
+//! in or deleted.
 
 use std::collections::BTreeMap;
 
@@ -28,7 +29,10 @@ use kube::{Resource, ResourceExt};
 
 use super::{Action, Decision, Observed, move_to};
 use crate::{
-    api::{GluesyncPlatform, PRE_PULL_LABEL, Reason, UpdateStatus, UpdateStep, ids::digest},
+    api::{
+        GluesyncPlatform, PRE_PULL_LABEL, PrePullEntry, Reason, UpdateStatus, UpdateStep,
+        ids::digest,
+    },
     update::observed::{PrePullPod, PullState, Workload},
 };
 
@@ -75,10 +79,15 @@ fn pod_name(platform: &str, node: &str, image: &str) -> String {
     format!("{platform}-pre-pull-{}", &d[..12])
 }
 
-/// This platform's pre-pull pods, as observed.
+/// This platform's pre-pull pods, as observed: labelled for it and controlled by it (made by GKO for
+/// it). A pod that carries the label but not the owner reference is someone else's: GKO neither takes
+/// it in nor deletes it.
 fn observed<'a>(gsp: &GluesyncPlatform, obs: &'a Observed) -> impl Iterator<Item = &'a PrePullPod> {
     let platform = gsp.name_any();
-    obs.pre_pulls.iter().filter(move |p| p.platform == platform)
+    let uid = gsp.uid();
+    obs.pre_pulls
+        .iter()
+        .filter(move |p| p.platform == platform && p.owner.is_some() && p.owner == uid)
 }
 
 /// Does this update pull first? Only when Core Hub (or an agent) changes and `prePull.enabled`.
@@ -104,8 +113,21 @@ pub(super) fn after_snapshot(
     if pulls.is_empty() {
         return super::gate::after_snapshot(gsp, u, next, now, d);
     }
+    u.pre_pulls = entries(&pulls);
     d.status.message = Some(pulling(&pulls));
     move_to(gsp, u, UpdateStep::PrePull, now, d);
+}
+
+/// The pulls as the status lists them (what the admission policy lets GKO create).
+fn entries(pulls: &[Pull]) -> Vec<PrePullEntry> {
+    pulls
+        .iter()
+        .map(|p| PrePullEntry {
+            pod: p.name.clone(),
+            node: p.node.clone(),
+            image: p.image.clone(),
+        })
+        .collect()
 }
 
 /// The status message while `pulls` are under way.
@@ -146,6 +168,8 @@ pub(super) fn pre_pull(
     } else {
         vec![]
     };
+    // The pods are made once the status lists them: the decision that makes one writes it first.
+    u.pre_pulls = entries(&pulls);
     let seen: BTreeMap<&str, &PrePullPod> =
         observed(gsp, obs).map(|p| (p.name.as_str(), p)).collect();
     // A pod this plan does not want (one of a plan given up before its status was written, or for a
@@ -393,6 +417,11 @@ pub fn observe(pod: &Pod) -> Option<PrePullPod> {
     Some(PrePullPod {
         name: pod.name_any(),
         platform: pod.labels().get(PRE_PULL_LABEL)?.clone(),
+        owner: pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == GluesyncPlatform::kind(&()))
+            .map(|o| o.uid.clone()),
         node: spec.node_name.clone().unwrap_or_default(),
         image: spec.containers.first()?.image.clone().unwrap_or_default(),
         state: state_of(pod),

@@ -2344,9 +2344,9 @@ fn a_manual_update_waits_with_nothing_paused_until_approved() {
         1
     );
     let id = update(&g).approval_id.clone().unwrap();
-    assert_eq!(
-        id, "generation-2",
-        "no requestID: the generation names the plan"
+    assert!(
+        id.starts_with("generation-2-") && id.len() == "generation-2-".len() + 10,
+        "no requestID: the generation names the plan, and a digest binds it: {id}"
     );
     assert!(
         status(&g)
@@ -2355,7 +2355,10 @@ fn a_manual_update_waits_with_nothing_paused_until_approved() {
             .unwrap()
             .contains(&format!("gluesync.molo17.com/approve={id}"))
     );
-    // A wrong value approves nothing; the right one lets the drain begin.
+    // A wrong value approves nothing (the generation alone neither); the right one lets the drain begin.
+    approve(&mut g, "generation-2");
+    world.step(&mut g, 31);
+    assert_eq!(update(&g).step.name(), Waiting);
     approve(&mut g, "generation-1");
     world.step(&mut g, 31);
     assert_eq!(update(&g).step.name(), Waiting);
@@ -2379,9 +2382,12 @@ fn an_approval_that_does_not_come_refuses_the_update_with_nothing_changed() {
     }));
     let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
     world.until(&mut g, 0, Waiting);
-    assert_eq!(
-        update(&g).approval_id.as_deref(),
-        Some("ui-7"),
+    assert!(
+        update(&g)
+            .approval_id
+            .as_deref()
+            .unwrap()
+            .starts_with("ui-7-"),
         "the request names the plan"
     );
     world.step(&mut g, 59);
@@ -2438,16 +2444,17 @@ fn an_update_a_request_brought_is_approved_with_its_request_id() {
     );
     let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
     world.until(&mut g, 0, Waiting);
-    assert_eq!(update(&g).approval_id.as_deref(), Some("ui-9"));
-    approve(&mut g, "ui-8");
+    let id = update(&g).approval_id.clone().unwrap();
+    assert!(id.starts_with("ui-9-"), "{id}");
+    approve(&mut g, "ui-9");
     world.step(&mut g, 1);
     assert_eq!(
         update(&g).step.name(),
         Waiting,
-        "another request approves nothing"
+        "the request's id alone approves nothing"
     );
     assert!(world.hub.enters.is_empty());
-    approve(&mut g, "ui-9");
+    approve(&mut g, &id);
     let events = world.until(&mut g, 2, Drain);
     assert!(reasons(&events).contains(&"UpdateApproved"), "{events:?}");
     world.until(&mut g, 3, CoreHub);
@@ -2461,7 +2468,8 @@ fn a_new_spec_while_waiting_makes_a_new_plan_that_needs_its_own_approval() {
     );
     let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
     world.until(&mut g, 0, Waiting);
-    approve(&mut g, "ui-1");
+    let first = update(&g).approval_id.clone().unwrap();
+    approve(&mut g, &first);
     // The spec changes before GKO saw the approval: a pin for Chronos, the same requestID.
     g.spec.modules.insert("chronos".into(), "0.3.3".into());
     g.metadata.generation = Some(3);
@@ -2473,7 +2481,8 @@ fn a_new_spec_while_waiting_makes_a_new_plan_that_needs_its_own_approval() {
     );
     assert_eq!(update(&g).step.name(), Preflight);
     world.until(&mut g, 5, Waiting);
-    assert_eq!(update(&g).approval_id.as_deref(), Some("generation-3"));
+    let second = update(&g).approval_id.clone().unwrap();
+    assert!(second.starts_with("generation-3-"), "{second}");
     world.step(&mut g, 6);
     assert_eq!(
         update(&g).step.name(),
@@ -2481,8 +2490,58 @@ fn a_new_spec_while_waiting_makes_a_new_plan_that_needs_its_own_approval() {
         "the old approval does not approve the new plan"
     );
     assert!(world.hub.enters.is_empty());
-    approve(&mut g, "generation-3");
+    approve(&mut g, &second);
     world.until(&mut g, 7, Drain);
+}
+
+/// The approval binds to its plan: after an approved plan ran, a new spec that brings the old plan's
+/// approvalID as its requestID (whoever may write the spec but not the annotation) waits for an approval
+/// of its own, and the annotation that still stands approves nothing; the same plan made twice at two
+/// instants gets two ids.
+#[test]
+fn an_approval_is_never_carried_over_to_a_later_plan() {
+    let mut g = platform(serde_json::json!({"version": "2.3.2.2", "approval": "manual"}));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Waiting);
+    let old = update(&g).approval_id.clone().unwrap();
+    approve(&mut g, &old);
+    world.until(&mut g, 1, CoreHub);
+    world.step(&mut g, 1);
+    world.roll_out(&g, &["core-hub", "agent-mssql"]);
+    to_the_end(&mut g, &mut world, 2..200, true);
+    assert_eq!(
+        status(&g).last_attempt.as_ref().map(|a| a.result),
+        Some(UpdateResult::Succeeded)
+    );
+    assert_eq!(world.hub.enters.len(), 1);
+    // A later spec (a pin for Chronos) with the old plan's approvalID as its requestID; the old
+    // annotation still stands.
+    g.spec.modules.insert("chronos".into(), "0.3.3".into());
+    g.spec.request_id = Some(old.clone());
+    g.metadata.generation = Some(3);
+    world.until(&mut g, 300, Waiting);
+    let id = update(&g).approval_id.clone().unwrap();
+    assert!(id.starts_with(&format!("{old}-")), "{id}");
+    for t in 301..305 {
+        world.step(&mut g, t);
+    }
+    assert_eq!(
+        update(&g).step.name(),
+        Waiting,
+        "the old approval approved the new plan"
+    );
+    assert_eq!(world.hub.enters.len(), 1, "nothing paused for the new plan");
+    // Its own approval lets it go on.
+    approve(&mut g, &id);
+    world.until(&mut g, 306, Modules);
+    // The same spec planned at two instants: two ids, neither guessable from the spec alone.
+    let at = |n: i128| Time(jiff::Timestamp::from_nanosecond(n).unwrap());
+    let (a, b) = (
+        crate::update::gate::approval_id(&g, None, false, &at(1_800_000_000_000_000_000)),
+        crate::update::gate::approval_id(&g, None, false, &at(1_800_000_000_000_000_001)),
+    );
+    assert_ne!(a, b);
+    assert!(a.is_some_and(|a| a.starts_with("generation-3-")));
 }
 
 /// Every day from 09:00 UTC for an hour (the fixtures' second 0 is 08:00 UTC).
@@ -2624,7 +2683,8 @@ fn approved_outside_the_window_the_update_waits_for_it_in_waiting() {
     }));
     let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
     world.until(&mut g, 0, Waiting);
-    approve(&mut g, "generation-2");
+    let id = update(&g).approval_id.clone().unwrap();
+    approve(&mut g, &id);
     let d = world.step(&mut g, 10);
     assert_eq!(update(&g).step.name(), Waiting);
     assert_eq!(
@@ -2900,10 +2960,10 @@ fn a_pull_that_does_not_end_in_time_or_a_pod_refused_refuses_the_update() {
     );
 }
 
-/// A pre-pull's pods may be made before any status of the update is written (its decision waits
-/// unwritten): an update begun again from the status before it (GKO stopped, or the status held was
-/// given up) keeps them through Preflight and Snapshot and takes them in, and its PrePull deletes only a
-/// pod it does not want (one of a plan given up, or for a node its workload left).
+/// A pre-pull's pods outlive the status that listed them when a later write of the update is lost (GKO
+/// stopped, or the resource changed meanwhile): an update begun again from the status before it keeps
+/// them through Preflight and Snapshot and takes them in, and its PrePull deletes only a pod it does not
+/// want (one of a plan given up, or for a node its workload left).
 #[test]
 fn pre_pull_pods_made_before_any_status_stay_through_an_update_begun_again_and_only_unwanted_go() {
     use crate::update::observed::{PrePullPod, PullState};
@@ -2953,6 +3013,61 @@ fn pre_pull_pods_made_before_any_status_stay_through_an_update_begun_again_and_o
             "{name} gone: {:?}",
             world.pre_pulls
         );
+    }
+}
+
+/// A pod labelled `gluesync.molo17.com/pre-pull: gluesync` that GKO did not make (no owner reference,
+/// or another platform's) is neither taken in nor deleted: not by PrePull, which deletes the pods its
+/// plan does not want, nor by the clean-up once the update has ended; GKO's own pods go.
+#[test]
+fn a_labelled_pod_gko_did_not_make_is_never_deleted() {
+    use crate::update::observed::{PrePullPod, PullState};
+    let (mut g, mut world) = pre_pull_world(PullState::Pulling);
+    world.until(&mut g, 0, PrePull);
+    world.step(&mut g, 1);
+    let mut own: Vec<String> = world.pre_pulls.iter().map(|p| p.name.clone()).collect();
+    own.sort();
+    assert_eq!(own.len(), 2, "{:?}", world.pre_pulls);
+    let foreign = [None, Some("another-uid".to_string())].map(|owner| PrePullPod {
+        name: format!("gluesync-pre-pull-{}", owner.is_some()),
+        owner,
+        ..world.pre_pulls[0].clone()
+    });
+    world.pre_pulls.extend(foreign.iter().cloned());
+    let deleted = |d: &Decision| -> Vec<String> {
+        d.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePrePull(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let d = world.step(&mut g, 2);
+    assert_eq!(update_step(&g), Some(PrePull));
+    assert!(deleted(&d).is_empty(), "{:?}", d.actions);
+    // The pull fails: the update is refused, and GKO's pods go, the others stay.
+    world.pull = PullState::Failed("ErrImagePull".into(), "not found".into());
+    for p in world
+        .pre_pulls
+        .iter_mut()
+        .filter(|p| p.owner.as_deref() == Some("uid"))
+    {
+        p.state = world.pull.clone();
+    }
+    let mut gone = vec![];
+    for t in 3..10 {
+        gone.extend(deleted(&world.step(&mut g, t)));
+    }
+    gone.sort();
+    assert_eq!(
+        gone,
+        own,
+        "{:?}",
+        g.status.as_ref().and_then(|s| s.last_attempt.clone())
+    );
+    for f in &foreign {
+        assert!(world.pre_pulls.contains(f), "{} was deleted", f.name);
     }
 }
 
@@ -3026,19 +3141,17 @@ fn the_finalizer_follows_the_pre_pull_pods_which_go_once_the_pipelines_run_again
     assert!(status(&g).update.is_none());
 }
 
-/// Only what is found again without a status (a pre-pull pod made or deleted, GKO's finalizer put on)
-/// may be done before the status that remembers it is written: every other action is done after it
-/// (the finalizer taken off among them: it goes once a status says nothing is left to settle).
+/// Only what is found again without a status (a pre-pull pod deleted, GKO's finalizer put on) may be
+/// done before the status that remembers it is written: every other action is done after it (the
+/// finalizer taken off among them: it goes once a status says nothing is left to settle; a pre-pull
+/// pod made: the admission policy reads it from the status).
 #[test]
 fn only_what_is_found_again_without_a_status_needs_none_before_it() {
-    for a in [
-        Action::DeletePrePull("p".into()),
-        Action::CreatePod(Box::default()),
-        Action::AddFinalizer,
-    ] {
+    for a in [Action::DeletePrePull("p".into()), Action::AddFinalizer] {
         assert!(!a.needs_status(), "{a:?}");
     }
     for a in [
+        Action::CreatePod(Box::default()),
         Action::DeletePod("p".into()),
         Action::RemoveFinalizer,
         Action::SetImage {
@@ -3673,8 +3786,9 @@ fn to_the_end(
 }
 
 /// A decision may go unwritten only when it acts on nothing a status must remember and asks Core Hub to
-/// pause nothing: a pre-pull pod made or deleted, GKO's finalizer put on and a worker that lists or
-/// resumes pass through; any other action, or a pipeline to be asked into maintenance mode, does not.
+/// pause nothing: a pre-pull pod deleted, GKO's finalizer put on and a worker that lists or resumes
+/// pass through; any other action (a pre-pull pod made among them), or a pipeline to be asked into
+/// maintenance mode, does not.
 #[test]
 fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     let work = |enter: &[&str]| corehub::Work {
@@ -3705,13 +3819,15 @@ fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     assert!(!d.passes_through());
     d.corehub = None;
     d.actions.push(Action::AddFinalizer);
-    d.actions.push(Action::CreatePod(Box::default()));
     assert!(d.passes_through());
+    d.actions.push(Action::CreatePod(Box::default()));
+    assert!(
+        !d.passes_through(),
+        "a pre-pull pod is made once the status lists it"
+    );
+    d.actions.pop();
     d.actions.push(Action::RemoveFinalizer);
     assert!(!d.passes_through());
-    // Only a pre-pull pod is made beside the status write.
-    assert!(!Action::AddFinalizer.beside_write());
-    assert!(!Action::DeletePrePull("p".into()).beside_write());
 }
 
 /// The preview plans a new generation of the spec: a version refused at the platform's current

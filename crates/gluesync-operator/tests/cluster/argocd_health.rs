@@ -616,13 +616,22 @@ fn fixtures() -> Vec<Fixture> {
             .map(|u| u.step.name()),
         Some(gluesync_operator::api::UpdateStep::Waiting)
     );
+    let id = g
+        .status
+        .as_ref()
+        .and_then(|s| s.update.as_ref())
+        .and_then(|u| u.approval_id.clone())
+        .expect("an approvalID");
+    assert!(id.starts_with("generation-2-"), "{id}");
     out.push(fixture(
         "waiting for approval",
         &g,
         "Suspended",
-        "WaitingForApproval: waiting for approval of the update to 2.3.2.2 (nothing is paused or \
-         changed): `kubectl gluesync approve`, or the annotation \
-         gluesync.molo17.com/approve=generation-2; refused after 1440 minutes",
+        &format!(
+            "WaitingForApproval: waiting for approval of the update to 2.3.2.2 (nothing is paused or \
+             changed): `kubectl gluesync approve`, or the annotation \
+             gluesync.molo17.com/approve={id}; refused after 1440 minutes"
+        ),
     ));
     let mut g = platform("2.3.2.2", 2);
     g.status = idle(platform("2.3.2.1", 1), &kit("2.3.2.1")).status;

@@ -19,12 +19,7 @@ async fn a_newer_version_in_the_catalog_shows_as_update_available() -> anyhow::R
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({}))?;
     let _gko = Operator::start(&ns);
-    let g = wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    let g = wait_available(&ns).await?;
     let status = g.status.unwrap_or_default();
     assert_eq!(status.available.as_deref(), Some("2.3.2.2"));
     let chronos = status

@@ -105,12 +105,7 @@ async fn a_manager_updates_the_platform_from_the_ui() -> anyhow::Result<()> {
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
     let (_gko, base) = Operator::start_serving(&ns)?;
     let ui = Ui::new(base);
-    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    wait_available(&ns).await?;
 
     let (code, body) = ui.get("/conductor/api/health", None).await?;
     assert_eq!(
@@ -576,12 +571,7 @@ async fn a_different_update_request_while_one_runs_is_refused() -> anyhow::Resul
     let sim = simulator().await?;
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 3}))?;
     let (_gko, base) = Operator::start_serving(&ns)?;
-    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    wait_available(&ns).await?;
     let manager = sim.token_for("manager");
     let first = {
         let (base, manager) = (base.clone(), manager.clone());
@@ -641,12 +631,7 @@ async fn a_beta_update_all_runs_the_beta_versions() -> anyhow::Result<()> {
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
     let (_gko, base) = Operator::start_serving(&ns)?;
     let ui = Ui::new(base);
-    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    wait_available(&ns).await?;
 
     // The setup landed: GKO reads the two channels of the catalog apart.
     let viewer = sim.token_for("viewer");
@@ -794,12 +779,7 @@ async fn pinning_one_module_after_a_ui_update_moves_no_other() -> anyhow::Result
     install_with_simulator(&ns, &sim, json!({"stabilityWindowSeconds": 0}))?;
     let (_gko, base) = Operator::start_serving(&ns)?;
     let ui = Ui::new(base);
-    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    wait_available(&ns).await?;
     let manager = sim.token_for("manager");
     let (code, body) = ui
         .post("/conductor/api/containers", Some(&manager), update_all())

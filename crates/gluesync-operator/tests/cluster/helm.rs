@@ -369,10 +369,7 @@ async fn the_kit_installs_and_helm_upgrade_keeps_what_the_ui_updated() -> anyhow
         "--overwrite",
         "gluesync.molo17.com/check-now=1",
     ])?;
-    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status.as_ref().and_then(|s| s.phase) == Some(Phase::UpdateAvailable)
-    })
-    .await?;
+    wait_available(&ns).await?;
     let asked = generation(&ns)? + 1;
     let resp = gko
         .http

@@ -15,13 +15,16 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, api::ListParams};
 use serde_json::json;
 
-/// The pre-pull pods of the namespace.
+/// The pre-pull pods of the namespace (labelled, and owned by a GluesyncPlatform).
 async fn pre_pull_pods(ns: &TestNamespace) -> anyhow::Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
     Ok(pods
         .list(&ListParams::default().labels(PRE_PULL_LABEL))
         .await?
-        .items)
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.owner_references.is_some())
+        .collect())
 }
 
 /// Waits until the pre-pull pods are made, and answers them.
@@ -66,10 +69,36 @@ async fn a_slow_image_is_pulled_before_the_drain_and_the_pause_does_not_wait_for
     let _gko = Operator::start_with_role(&ns).await?;
     wait_settled(&ns).await?;
     let version = slow_version(&ns);
+    // A pod that carries the pre-pull label but that GKO did not make: GKO leaves it alone.
+    let admin: Api<Pod> = Api::namespaced(ns.client.clone(), &ns.name);
+    let stranger: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "not-gkos", "labels": {PRE_PULL_LABEL: "gluesync"}},
+        "spec": {"nodeName": "kwok-node-0", "containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }))?;
+    admin.create(&Default::default(), &stranger).await?;
     patch_spec(&ns, json!({"version": version})).await?;
 
     wait_for_step(&ns, UpdateStep::PrePull).await?;
     let pods = pods_made(&ns).await?;
+    // The status lists each pod before it is made (the admission policy reads the list).
+    let g = platforms(&ns).get("gluesync").await?;
+    let listed: BTreeSet<(String, String, String)> = g
+        .status
+        .and_then(|s| s.update)
+        .map(|u| u.pre_pulls)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.pod, e.node, e.image))
+        .collect();
+    for p in &pods {
+        let spec = p.spec.as_ref().unwrap();
+        let made = (
+            p.metadata.name.clone().unwrap(),
+            spec.node_name.clone().unwrap(),
+            spec.containers[0].image.clone().unwrap(),
+        );
+        assert!(listed.contains(&made), "{made:?} not in {listed:?}");
+    }
     // One pod per new image (this install has no agent: Core Hub's), on the node Core Hub's pod runs
     // on, made to pull
     // and exit: no token, the command `true`, owned by the GluesyncPlatform.
@@ -126,8 +155,12 @@ async fn a_slow_image_is_pulled_before_the_drain_and_the_pause_does_not_wait_for
     let reasons = event_reasons_through(&ns, "UpdateSucceeded").await?;
     let at = |r: &str| reasons.iter().position(|x| x == r).unwrap();
     assert!(at("ImagesPrePulled") < at("PipelinesPaused"), "{reasons:?}");
-    // The pods go once the step ends.
+    // The pods go once the step ends; the stranger's stays.
     pods_go(&ns).await?;
+    assert!(
+        admin.get_opt("not-gkos").await?.is_some(),
+        "GKO deleted a pod it did not make"
+    );
     Ok(())
 }
 
@@ -141,13 +174,7 @@ async fn an_image_that_cannot_be_pulled_refuses_the_update_with_nothing_paused()
     let _gko = Operator::start(&ns);
     // Settled once the catalog has been read: it offers 2.3.2.2, so the phase is UpdateAvailable (GKO
     // writes Current first, before its first catalog check answers).
-    wait_settled(&ns).await?;
-    let before = wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    let before = wait_available(&ns).await?;
     let phase = before.status.as_ref().and_then(|s| s.phase);
     patch_spec(&ns, json!({"version": "2.3.2.2-unpullable"})).await?;
     let g = wait_finished(&ns, 2).await?;

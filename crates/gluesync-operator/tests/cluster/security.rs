@@ -89,7 +89,7 @@ async fn gkos_token_cannot_mint_a_token_for_another_service_account() -> anyhow:
     ] {
         let ns = namespace(hint).await?;
         if hint == "mint-deploy" {
-            ns.apply(RBAC)?;
+            apply_rbac(&ns)?;
         } else {
             ns.apply(&chart_role(&ns.name)?)?;
         }
@@ -336,6 +336,52 @@ async fn a_cross_site_cookie_post_is_refused_whatever_authorization_comes_with_i
     }
     let g = platforms(&ns).get("gluesync").await?;
     assert!(g.status.unwrap_or_default().last_attempt.is_none());
+    Ok(())
+}
+
+/// Two session cookies, a viewer's first and a manager's last (Core Hub reads the first), in one
+/// `Cookie` header or in two: refused with 400, never answered as either; the update they ask for does
+/// not start. The manager's cookie alone is let through (the refusal is the duplicate's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_session_cookies_are_refused() -> anyhow::Result<()> {
+    let ns = namespace("two-cookies").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (_gko, base) = Operator::start_serving(&ns)?;
+    wait_settled(&ns).await?;
+    let (viewer, manager) = (sim.token_for("viewer"), sim.token_for("manager"));
+    let http = reqwest::Client::new();
+    let post = |cookies: &[String], action: &str| {
+        let mut req = http
+            .post(format!("{base}/conductor/api/containers"))
+            .header("content-type", "application/json")
+            .body(json!({"action": action, "ids": []}).to_string());
+        for c in cookies {
+            req = req.header("cookie", c);
+        }
+        req
+    };
+    let (code, body) = call(post(&[format!("gs-auth={manager}")], "stop")).await?;
+    assert_eq!(
+        code, 409,
+        "the manager's cookie alone authenticates: {body}"
+    );
+    for cookies in [
+        vec![format!("gs-auth={viewer}; gs-auth={manager}")],
+        vec![format!("gs-auth={viewer}"), format!("gs-auth={manager}")],
+    ] {
+        let (code, body) = call(post(&cookies, "update")).await?;
+        assert_eq!(
+            (code, body["error"].as_str()),
+            (400, Some("Bad Cookie header")),
+            "{cookies:?}: {body}"
+        );
+    }
+    let g = platforms(&ns).get("gluesync").await?;
+    assert!(
+        g.status.unwrap_or_default().last_attempt.is_none() && g.spec.request_id.is_none(),
+        "no update was asked"
+    );
     Ok(())
 }
 
@@ -846,211 +892,681 @@ async fn a_caller_with_many_slow_calls_never_takes_every_slot() -> anyhow::Resul
     Ok(())
 }
 
-/// With the chart's admission policy, GKO's token changes a labelled workload's image (its job) but cannot
-/// make it run as another ServiceAccount, mount another Secret or a token, change its command, or create
-/// another Service; an admin can (the refusals are the policy's).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gkos_token_cannot_run_a_workload_as_another_account_or_publish_another_service()
--> anyhow::Result<()> {
-    use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Service};
-    let ns = namespace("gko-policy").await?;
-    ns.apply(SAMPLE_INSTALL)?;
-    ns.apply(&chart_role(&ns.name)?)?;
-    ns.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: victim\n")?;
-    let gko = ns
-        .service_account_client("gluesync-gluesync-operator")
-        .await?;
-    let core_hub = "gluesync-gluesync-core-hub";
-    let as_gko: Api<StatefulSet> = Api::namespaced(gko.clone(), &ns.name);
-    let as_admin: Api<StatefulSet> = Api::namespaced(ns.client.clone(), &ns.name);
-    let patch = |v: serde_json::Value| Patch::Strategic(json!({"spec": {"template": {"spec": v}}}));
-    // The policy is in force once the API server has loaded it: wait until it refuses a Service of
-    // another name (a probe created before that is harmless).
-    let probes: Api<Service> = Api::namespaced(gko.clone(), &ns.name);
-    let mut probe = 0;
-    eventually(
-        "the admission policy to be in force",
-        Duration::from_secs(30),
-        || {
-            probe += 1;
-            let name = format!("probe-{probe}");
-            let probes = probes.clone();
-            async move {
-                let svc: Service = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                    "spec": {"ports": [{"port": 1}]},
-                }))?;
-                Ok(probes
-                    .create(&PostParams::default(), &svc)
-                    .await
-                    .is_err()
-                    .then_some(()))
-            }
-        },
-    )
-    .await?;
-    // Its job: a new image.
-    as_gko
-        .patch(
-            core_hub,
-            &PatchParams::default(),
-            &patch(json!({"containers": [{"name": "core-hub", "image": "molo17/gluesync-core-hub:2.3.2.2"}]})),
+/// The two ways GKO gets its rights: the chart's Role and admission policies, or deploy/rbac.yaml's.
+#[derive(Clone, Copy, Debug)]
+enum Rights {
+    Chart,
+    Plain,
+}
+
+impl Rights {
+    const ALL: [Rights; 2] = [Rights::Chart, Rights::Plain];
+
+    fn account(self) -> &'static str {
+        match self {
+            Rights::Chart => "gluesync-gluesync-operator",
+            Rights::Plain => "gluesync-operator",
+        }
+    }
+
+    /// Installs the rights in the namespace; GKO's token comes back, once the admission policies are in
+    /// force (the API server loads a new policy a moment after it is written): until GKO's token is
+    /// refused a Service of another name, and a pod of no pre-pull's shape.
+    async fn install(self, ns: &gko_test_support::TestNamespace) -> anyhow::Result<kube::Client> {
+        use k8s_openapi::api::core::v1::{Pod, Service};
+        match self {
+            Rights::Chart => ns.apply(&chart_role(&ns.name)?)?,
+            Rights::Plain => apply_rbac(ns)?,
+        }
+        let gko = ns.service_account_client(self.account()).await?;
+        let services: Api<Service> = Api::namespaced(gko.clone(), &ns.name);
+        let pods: Api<Pod> = Api::namespaced(gko.clone(), &ns.name);
+        let mut probe = 0;
+        eventually(
+            "the admission policies to be in force",
+            Duration::from_secs(30),
+            || {
+                probe += 1;
+                let name = format!("probe-{probe}");
+                let (services, pods) = (services.clone(), pods.clone());
+                async move {
+                    let svc: Service = serde_json::from_value(json!({
+                        "metadata": {"name": name}, "spec": {"ports": [{"port": 1}]},
+                    }))?;
+                    let pod: Pod = serde_json::from_value(json!({
+                        "metadata": {"name": name},
+                        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+                    }))?;
+                    let service = services.create(&PostParams::default(), &svc).await;
+                    let pod = pods.create(&PostParams::default(), &pod).await;
+                    let refused = |r: Result<(), kube::Error>| {
+                        matches!(r, Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy"))
+                    };
+                    Ok((refused(service.map(|_| ())) && refused(pod.map(|_| ()))).then_some(()))
+                }
+            },
         )
         .await?;
-    let attacks = [
+        Ok(gko)
+    }
+}
+
+/// The write was refused by GKO's admission policy, with the validation whose message holds `rule`.
+fn refused_by(
+    what: &str,
+    rights: Rights,
+    rule: &str,
+    result: Result<impl std::fmt::Debug, kube::Error>,
+) {
+    match result {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message.contains("ValidatingAdmissionPolicy") && s.message.contains(rule),
+            "{rights:?}, {what}: refused, but not by the rule {rule:?}: {}",
+            s.message
+        ),
+        other => panic!("{rights:?}, {what}: GKO's token was let through: {other:?}"),
+    }
+}
+
+/// A strategic merge patch of a workload's pod template spec.
+fn template(v: serde_json::Value) -> Patch<serde_json::Value> {
+    Patch::Strategic(json!({"spec": {"template": {"spec": v}}}))
+}
+
+/// GKO's token creates the pre-pull pod GKO makes, as its GluesyncPlatform's status lists it, and no pod
+/// that differs from it in any one thing: another ServiceAccount, capabilities, root, an unconfined
+/// seccomp or AppArmor profile, another image, node, toleration, command, a token, a volume, a host
+/// namespace, no owner, a name the status does not list, another DNS or runtime class; and none at all
+/// once the namespace holds a second GluesyncPlatform. Each refusal is the rule of the field changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gkos_token_creates_no_pod_but_the_pre_pull_pods_its_status_lists() -> anyhow::Result<()> {
+    use gluesync_operator::{api::GluesyncPlatform, update::prepull};
+    use k8s_openapi::api::core::v1::Pod;
+    type Change = fn(&mut serde_json::Value);
+    let attacks: [(&str, &str, Change); 18] = [
         (
             "another ServiceAccount",
-            json!({"serviceAccountName": "victim"}),
+            "runs under Core Hub's ServiceAccount",
+            |v| v["spec"]["serviceAccountName"] = json!("powerful"),
+        ),
+        ("capabilities", "every capability dropped", |v| {
+            v["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] =
+                json!(["NET_ADMIN", "NET_RAW", "SYS_PTRACE"])
+        }),
+        ("root", "as user 65532", |v| {
+            v["spec"]["securityContext"]["runAsUser"] = json!(0);
+            v["spec"]["securityContext"]["runAsNonRoot"] = json!(false);
+        }),
+        // (A privileged container this control plane refuses by itself: --allow-privileged=false.)
+        ("privilege escalation", "no privilege escalation", |v| {
+            v["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(true);
+        }),
+        ("seccomp Unconfined", "RuntimeDefault seccomp", |v| {
+            v["spec"]["containers"][0]["securityContext"]["seccompProfile"] =
+                json!({"type": "Unconfined"})
+        }),
+        (
+            "AppArmor Unconfined",
+            "RuntimeDefault seccomp and AppArmor",
+            |v| v["spec"]["securityContext"]["appArmorProfile"] = json!({"type": "Unconfined"}),
+        ),
+        (
+            "the AppArmor annotation",
+            "no other label or annotation",
+            |v| {
+                v["metadata"]["annotations"]["container.apparmor.security.beta.kubernetes.io/pull"] =
+                    json!("unconfined")
+            },
+        ),
+        ("another image", "pulling that image", |v| {
+            v["spec"]["containers"][0]["image"] = json!("busybox:latest")
+        }),
+        ("another node", "bound to that node", |v| {
+            v["spec"]["nodeName"] = json!("kwok-node-1")
+        }),
+        ("other tolerations", "tolerating its taints there", |v| {
+            v["spec"]["tolerations"] = json!([
+                {"operator": "Exists"},
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+            ])
+        }),
+        ("another command", "runs `true`", |v| {
+            v["spec"]["containers"][0]["command"] = json!(["sh", "-c", "cat /var/run/secrets/*"])
+        }),
+        ("a token", "with no token", |v| {
+            v["spec"]["automountServiceAccountToken"] = json!(true)
+        }),
+        ("the node's disk", "no volume", |v| {
+            v["spec"]["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
+        }),
+        ("host namespaces", "no host namespace", |v| {
+            v["spec"]["hostNetwork"] = json!(true);
+            v["spec"]["hostPID"] = json!(true);
+        }),
+        ("no owner", "owned by it", |v| {
+            v["metadata"]["ownerReferences"] = json!(null)
+        }),
+        (
+            "a name the status does not list",
+            "status.update.prePulls lists it",
+            |v| v["metadata"]["name"] = json!("gluesync-pre-pull-unlisted"),
+        ),
+        ("its own DNS", "DNS setting", |v| {
+            v["spec"]["dnsPolicy"] = json!("None");
+            v["spec"]["dnsConfig"] = json!({"nameservers": ["203.0.113.7"]});
+        }),
+        ("another runtime class", "runtime class", |v| {
+            v["spec"]["runtimeClassName"] = json!("gko-attack")
+        }),
+    ];
+    // What the attacks name exists, so that only the policy refuses them.
+    gko_test_support::control_plane()
+        .command("kubectl")
+        .args(["apply", "--server-side", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(
+                b"apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n  name: gko-attack\nhandler: runc\n",
+            )?;
+            c.wait()
+        })?;
+    for rights in Rights::ALL {
+        let ns = namespace(&format!("pod-policy-{rights:?}").to_lowercase()).await?;
+        ns.apply(SAMPLE_PLATFORM)?;
+        ns.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: powerful\n")?;
+        let gsp = platforms(&ns).get("gluesync").await?;
+        // The pulls as GKO lists them in the status before it makes their pods: one per attack, and
+        // GKO's own.
+        let image = "molo17/gluesync-core-hub:2.3.2.2";
+        let name = |i: usize| format!("gluesync-pre-pull-{i:012}");
+        let pulls: Vec<serde_json::Value> = (0..=attacks.len())
+            .map(|i| json!({"pod": name(i), "node": "kwok-node-0", "image": image}))
+            .collect();
+        platforms(&ns)
+            .patch_status(
+                "gluesync",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"update": {
+                    "step": "PrePull", "since": "2026-12-07T10:00:00Z", "deadline": "2026-12-07T10:10:00Z",
+                    "generation": 1, "startedAt": "2026-12-07T10:00:00Z", "prePulls": pulls,
+                }}})),
+            )
+            .await?;
+        let gko = rights.install(&ns).await?;
+        let pods: Api<Pod> = Api::namespaced(gko, &ns.name);
+        let own = |i: usize| {
+            prepull::pod(
+                &gsp,
+                &prepull::Pull {
+                    name: name(i),
+                    node: "kwok-node-0".into(),
+                    image: image.into(),
+                    workload: "gluesync-gluesync-core-hub".into(),
+                },
+                &[],
+            )
+        };
+        for (i, (what, rule, change)) in attacks.iter().enumerate() {
+            let mut v = serde_json::to_value(own(i))?;
+            change(&mut v);
+            let pod: Pod = serde_json::from_value(v)?;
+            refused_by(
+                what,
+                rights,
+                rule,
+                pods.create(&PostParams::default(), &pod).await,
+            );
+        }
+        // GKO's own pod, as the status lists it.
+        pods.create(&PostParams::default(), &own(attacks.len()))
+            .await?;
+        // A second GluesyncPlatform in the namespace: no pre-pull pod at all.
+        let mut second: GluesyncPlatform = serde_yaml::from_str(SAMPLE_PLATFORM)?;
+        second.metadata.name = Some("second".into());
+        platforms(&ns)
+            .create(&PostParams::default(), &second)
+            .await?;
+        eventually(
+            "the second platform to count",
+            Duration::from_secs(30),
+            || {
+                let pods = pods.clone();
+                let pod = own(0);
+                async move {
+                    Ok(match pods.create(&PostParams::default(), &pod).await {
+                        Err(kube::Error::Api(s))
+                            if s.message.contains("the namespace's one GluesyncPlatform") =>
+                        {
+                            Some(())
+                        }
+                        Err(kube::Error::Api(s))
+                            if s.message.contains("ValidatingAdmissionPolicy") =>
+                        {
+                            None
+                        }
+                        other => anyhow::bail!("{rights:?}: a pod with two platforms: {other:?}"),
+                    })
+                }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// GKO's token changes a labelled workload's image (its job), its disaster-recovery fields and, on GKO's
+/// own Deployment, the self-update annotation; and nothing else: not the ServiceAccount, a token, another
+/// Secret, the command, a container, the AppArmor profile, host aliases, DNS, runtime class, node,
+/// tolerations, pull secrets, process namespace, a host port, the replicas, a label or an annotation; and
+/// nothing of a workload without the label (not even the label). An admin can (the refusals are the
+/// policy's). Each refusal is the rule of the field changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gkos_token_changes_only_images_and_the_setup_of_labelled_workloads() -> anyhow::Result<()>
+{
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    let core_hub = "gluesync-gluesync-core-hub";
+    let spec_rule = "may not change a pod template's ServiceAccount";
+    let attacks: [(&str, &str, Patch<serde_json::Value>); 19] = [
+        (
+            "another ServiceAccount",
+            spec_rule,
+            template(json!({"serviceAccountName": "victim"})),
         ),
         (
             "a projected token",
-            json!({"volumes": [{"name": "gluesync-disaster-recovery", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]}),
+            "disaster-recovery Secret's volume",
+            template(
+                json!({"volumes": [{"name": "gluesync-disaster-recovery", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]}),
+            ),
         ),
         (
             "another Secret",
-            json!({"volumes": [{"name": "gluesync-disaster-recovery", "secret": {"secretName": "corehub-credentials"}}]}),
+            "disaster-recovery Secret's volume",
+            template(
+                json!({"volumes": [{"name": "gluesync-disaster-recovery", "secret": {"secretName": "corehub-credentials"}}]}),
+            ),
         ),
         (
             "a Secret in the environment",
-            json!({"containers": [{"name": "core-hub", "env": [{"name": "GLUESYNC_DR_X", "valueFrom": {"secretKeyRef": {"name": "corehub-credentials", "key": "password"}}}]}]}),
+            "none from another Secret",
+            template(
+                json!({"containers": [{"name": "core-hub", "env": [{"name": "GLUESYNC_DR_X", "valueFrom": {"secretKeyRef": {"name": "corehub-credentials", "key": "password"}}}]}]}),
+            ),
         ),
         (
             "another command",
-            json!({"containers": [{"name": "core-hub", "command": ["sh", "-c", "cat /var/run/secrets/*"]}]}),
+            "nothing else",
+            template(
+                json!({"containers": [{"name": "core-hub", "command": ["sh", "-c", "cat /var/run/secrets/*"]}]}),
+            ),
         ),
         (
             "a new container",
-            json!({"containers": [{"name": "sidecar", "image": "busybox"}]}),
+            "add or remove no container",
+            template(json!({"containers": [{"name": "sidecar", "image": "busybox"}]})),
+        ),
+        (
+            "the AppArmor annotation",
+            "no label or annotation of a pod template",
+            Patch::Strategic(
+                json!({"spec": {"template": {"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/core-hub": "unconfined"}}}}}),
+            ),
+        ),
+        (
+            "host aliases",
+            spec_rule,
+            template(
+                json!({"hostAliases": [{"ip": "203.0.113.7", "hostnames": ["api.backoffice.molo17.com"]}]}),
+            ),
+        ),
+        (
+            "its own nameserver",
+            spec_rule,
+            template(json!({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["203.0.113.7"]}})),
+        ),
+        (
+            "a runtime class",
+            spec_rule,
+            template(json!({"runtimeClassName": "gko-attack"})),
+        ),
+        (
+            "a node",
+            spec_rule,
+            template(json!({"nodeName": "kwok-node-1"})),
+        ),
+        (
+            "tolerations",
+            spec_rule,
+            template(json!({"tolerations": [{"operator": "Exists"}]})),
+        ),
+        (
+            "pull secrets",
+            spec_rule,
+            template(json!({"imagePullSecrets": [{"name": "corehub-credentials"}]})),
+        ),
+        (
+            "a shared process namespace",
+            spec_rule,
+            template(json!({"shareProcessNamespace": true})),
+        ),
+        (
+            "a host port",
+            "never on a host port",
+            template(
+                json!({"containers": [{"name": "core-hub", "ports": [{"name": "dr-control", "containerPort": 1719, "hostPort": 1719}]}]}),
+            ),
+        ),
+        (
+            "no replicas",
+            "replicas",
+            Patch::Strategic(json!({"spec": {"replicas": 0}})),
+        ),
+        (
+            "a label",
+            "labelled com.molo17.conductor.type",
+            Patch::Strategic(
+                json!({"metadata": {"labels": {"com.molo17.conductor.type": "module"}}}),
+            ),
+        ),
+        (
+            "the self-update annotation on Core Hub",
+            "on its own Deployment",
+            Patch::Strategic(
+                json!({"metadata": {"annotations": {"gluesync.molo17.com/self-update": "Restarting"}}}),
+            ),
+        ),
+        (
+            "an annotation",
+            "no annotation of a workload",
+            Patch::Strategic(json!({"metadata": {"annotations": {"example.com/x": "y"}}})),
         ),
     ];
-    for (what, change) in &attacks {
-        let refused = as_gko
-            .patch(core_hub, &PatchParams::default(), &patch(change.clone()))
-            .await;
-        match refused {
-            Err(kube::Error::Api(s)) => assert!(
-                s.message.contains("ValidatingAdmissionPolicy"),
-                "{what}: {}",
-                s.message
-            ),
-            other => panic!("{what}: GKO's token was let through: {other:?}"),
+    for rights in Rights::ALL {
+        let ns = namespace(&format!("workload-policy-{rights:?}").to_lowercase()).await?;
+        ns.apply(SAMPLE_INSTALL)?;
+        ns.apply("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: victim\n")?;
+        // A workload that is not GKO's (no label), and GKO's own Deployment.
+        let deployment = |name: &str, label: Option<&str>| -> anyhow::Result<Deployment> {
+            let mut labels = serde_json::Map::new();
+            labels.insert("app".into(), json!(name));
+            let mut meta = json!({"name": name});
+            if let Some(l) = label {
+                meta["labels"] = json!({"com.molo17.conductor.type": l});
+            }
+            Ok(serde_json::from_value(json!({
+                "metadata": meta,
+                "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels},
+                                      "spec": {"serviceAccountName": "victim", "containers": [{"name": "app", "image": "busybox:1.36"}]}}},
+            }))?)
+        };
+        let admin_deployments: Api<Deployment> = Api::namespaced(ns.client.clone(), &ns.name);
+        admin_deployments
+            .create(&PostParams::default(), &deployment("stranger", None)?)
+            .await?;
+        admin_deployments
+            .create(
+                &PostParams::default(),
+                &deployment("gko", Some("operator"))?,
+            )
+            .await?;
+        let gko = rights.install(&ns).await?;
+        let as_gko: Api<StatefulSet> = Api::namespaced(gko.clone(), &ns.name);
+        let deployments: Api<Deployment> = Api::namespaced(gko.clone(), &ns.name);
+        let params = PatchParams::default();
+        // Its job: a new image.
+        as_gko
+            .patch(core_hub, &params, &template(json!({"containers": [{"name": "core-hub", "image": "molo17/gluesync-core-hub:2.3.2.2"}]})))
+            .await?;
+        for (what, rule, change) in &attacks {
+            refused_by(
+                what,
+                rights,
+                rule,
+                as_gko.patch(core_hub, &params, change).await,
+            );
         }
+        // Not GKO's: not its image, not the label that would make it GKO's.
+        refused_by(
+            "an unlabelled Deployment's image",
+            rights,
+            "labelled com.molo17.conductor.type",
+            deployments
+                .patch(
+                    "stranger",
+                    &params,
+                    &template(json!({"containers": [{"name": "app", "image": "busybox:latest"}]})),
+                )
+                .await,
+        );
+        refused_by(
+            "the label on an unlabelled Deployment",
+            rights,
+            "labelled com.molo17.conductor.type",
+            deployments
+                .patch(
+                    "stranger",
+                    &params,
+                    &Patch::Strategic(
+                        json!({"metadata": {"labels": {"com.molo17.conductor.type": "module"}}}),
+                    ),
+                )
+                .await,
+        );
+        // GKO's own Deployment: its image and the self-update annotation.
+        deployments
+            .patch("gko", &params, &Patch::Strategic(json!({
+                "metadata": {"annotations": {"gluesync.molo17.com/self-update": "Restarting"}},
+                "spec": {"template": {"spec": {"containers": [{"name": "app", "image": "busybox:1.37"}]}}},
+            })))
+            .await?;
+        // The policy binds GKO's account alone: an admin makes the same change.
+        Api::<StatefulSet>::namespaced(ns.client.clone(), &ns.name)
+            .patch(
+                core_hub,
+                &params,
+                &template(json!({"serviceAccountName": "victim"})),
+            )
+            .await?;
+        // The disaster-recovery setup's own changes pass: its environment, ports, volume and mount,
+        // and the template's mark.
+        as_gko
+            .patch(core_hub, &params, &Patch::Strategic(json!({"spec": {"template": {
+                "metadata": {"annotations": {"gluesync.molo17.com/disaster-recovery": "mark"}},
+                "spec": {
+                    "volumes": [{"name": "gluesync-disaster-recovery", "secret": {"secretName": "gluesync-disaster-recovery", "defaultMode": 256}}],
+                    "containers": [{"name": "core-hub",
+                        "env": [{"name": "GLUESYNC_DR_ROLE", "value": "primary"}],
+                        "ports": [{"name": "dr-replication", "containerPort": 1718, "protocol": "TCP"}],
+                        "volumeMounts": [{"name": "gluesync-disaster-recovery", "mountPath": "/opt/gluesync/disaster-recovery", "readOnly": true}]}],
+                }}}})))
+            .await?;
     }
-    // The policy binds GKO's account alone: an admin makes the same change.
-    as_admin
-        .patch(
-            core_hub,
-            &PatchParams::default(),
-            &patch(json!({"serviceAccountName": "victim"})),
-        )
-        .await?;
-    // The disaster-recovery setup's own changes pass: its environment, volume and mount.
-    as_gko
-        .patch(
-            core_hub,
-            &PatchParams::default(),
-            &patch(json!({
-                "volumes": [{"name": "gluesync-disaster-recovery", "secret": {"secretName": "gluesync-disaster-recovery", "defaultMode": 256}}],
-                "containers": [{"name": "core-hub",
-                    "env": [{"name": "GLUESYNC_DR_ROLE", "value": "primary"}],
-                    "volumeMounts": [{"name": "gluesync-disaster-recovery", "mountPath": "/opt/gluesync/disaster-recovery", "readOnly": true}]}],
-            })),
-        )
-        .await?;
-    // Services: only the pair's.
-    let services: Api<Service> = Api::namespaced(gko, &ns.name);
-    let service = |name: &str| -> Service {
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name},
-            "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": "gluesync-gluesync-grafana"},
-                     "ports": [{"port": 3000, "targetPort": 3000}]},
-        }))
-        .expect("a Service")
-    };
-    match services
-        .create(&PostParams::default(), &service("published"))
-        .await
-    {
-        Err(kube::Error::Api(s)) => assert!(
-            s.message.contains("ValidatingAdmissionPolicy"),
-            "{}",
-            s.message
-        ),
-        other => panic!("another Service was created: {other:?}"),
-    }
-    services
-        .create(
+    Ok(())
+}
+
+/// GKO's token writes the disaster-recovery Service only as GKO makes it (a ClusterIP, NodePort or
+/// LoadBalancer Service of the two pair ports to Core Hub's pods): never another Service, an
+/// ExternalName, external IPs, another port, or a new selector; and of ConfigMaps only its spilled
+/// pipeline lists (not Core Hub's configuration, made, changed or deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gkos_token_writes_only_the_pair_service_as_gko_makes_it_and_its_spilled_lists()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Service};
+    let shape = "ClusterIP, NodePort or LoadBalancer Service of the ports dr-replication";
+    for rights in Rights::ALL {
+        let ns = namespace(&format!("service-policy-{rights:?}").to_lowercase()).await?;
+        ns.apply(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: corehub-config\ndata:\n  a: b\n",
+        )?;
+        let gko = rights.install(&ns).await?;
+        let services: Api<Service> = Api::namespaced(gko.clone(), &ns.name);
+        let service = |name: &str,
+                       change: &dyn Fn(&mut serde_json::Value)|
+         -> anyhow::Result<Service> {
+            let mut v = json!({
+                "metadata": {"name": name},
+                "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": "gluesync-gluesync-core-hub"},
+                         "ports": [{"name": "dr-replication", "port": 1718, "targetPort": 1718, "protocol": "TCP"},
+                                   {"name": "dr-control", "port": 1719, "targetPort": 1719, "protocol": "TCP"}]},
+            });
+            change(&mut v);
+            Ok(serde_json::from_value(v)?)
+        };
+        let pair = "gluesync-disaster-recovery";
+        type Change = fn(&mut serde_json::Value);
+        let attacks: [(&str, &str, &str, Change); 5] = [
+            (
+                "another Service",
+                "published",
+                "only the disaster-recovery Service",
+                |_| {},
+            ),
+            (
+                "an ExternalName",
+                pair,
+                shape,
+                |v| v["spec"] = json!({"type": "ExternalName", "externalName": "evil.example.com"}),
+            ),
+            ("external IPs", pair, shape, |v| {
+                v["spec"]["externalIPs"] = json!(["203.0.113.7"])
+            }),
+            ("another port", pair, shape, |v| {
+                v["spec"]["ports"][1] = json!({"name": "http", "port": 80, "targetPort": 3000})
+            }),
+            ("no selector", pair, shape, |v| {
+                v["spec"]["selector"] = json!(null)
+            }),
+        ];
+        for (what, name, rule, change) in attacks {
+            refused_by(
+                what,
+                rights,
+                rule,
+                services
+                    .create(&PostParams::default(), &service(name, &change)?)
+                    .await,
+            );
+        }
+        services
+            .create(&PostParams::default(), &service(pair, &|_| {})?)
+            .await?;
+        refused_by(
+            "a new selector",
+            rights,
+            shape,
+            services
+                .patch(
+                    pair,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"selector": {"app": "postgres"}}})),
+                )
+                .await,
+        );
+        // ConfigMaps: only the spilled lists.
+        let maps: Api<ConfigMap> = Api::namespaced(gko, &ns.name);
+        let rule = "only the ConfigMaps of its spilled pipeline lists";
+        let map = |labels: serde_json::Value| -> anyhow::Result<ConfigMap> {
+            Ok(serde_json::from_value(
+                json!({"metadata": {"name": "list", "labels": labels}, "data": {"ids": "a"}}),
+            )?)
+        };
+        refused_by(
+            "an unlabelled ConfigMap",
+            rights,
+            rule,
+            maps.create(&PostParams::default(), &map(json!({}))?).await,
+        );
+        refused_by(
+            "Core Hub's configuration changed",
+            rights,
+            rule,
+            maps.patch(
+                "corehub-config",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"a": "evil"}})),
+            )
+            .await,
+        );
+        refused_by(
+            "Core Hub's configuration deleted",
+            rights,
+            rule,
+            maps.delete("corehub-config", &Default::default()).await,
+        );
+        maps.create(
             &PostParams::default(),
-            &service("gluesync-disaster-recovery"),
+            &map(json!({"gluesync.molo17.com/spilled-list": "gluesync"}))?,
         )
         .await?;
-    // Pods: only the pre-pull pods GKO makes (one container running `true`, no token, no volume).
-    use gluesync_operator::update::prepull;
-    use k8s_openapi::api::core::v1::Pod;
-    let mut gsp = gluesync_operator::api::GluesyncPlatform::new(
-        "gluesync",
-        serde_json::from_value(json!({"version": "2.3.2.2"}))?,
-    );
-    gsp.metadata.namespace = Some(ns.name.clone());
-    gsp.metadata.uid = Some("00000000-0000-0000-0000-000000000001".into());
-    let pull = prepull::Pull {
-        name: "gluesync-pre-pull-probe".into(),
-        node: "kwok-node-0".into(),
-        image: "molo17/gluesync-core-hub:2.3.2.2".into(),
-        workload: core_hub.into(),
-    };
-    let pods: Api<Pod> = Api::namespaced(services.into_client(), &ns.name);
-    let own = prepull::pod(&gsp, &pull, &[]);
-    let bad = |name: &str, change: &dyn Fn(&mut serde_json::Value)| -> anyhow::Result<Pod> {
-        let mut v = serde_json::to_value(&own)?;
-        v["metadata"]["name"] = json!(name);
-        change(&mut v);
-        Ok(serde_json::from_value(v)?)
-    };
-    type Change = Box<dyn Fn(&mut serde_json::Value)>;
-    let attacks: [(&str, Change); 5] = [
-        (
-            "another command",
-            Box::new(|v| {
-                v["spec"]["containers"][0]["command"] =
-                    json!(["sh", "-c", "cat /var/run/secrets/*"])
-            }),
-        ),
-        (
-            "a token",
-            Box::new(|v| v["spec"]["automountServiceAccountToken"] = json!(true)),
-        ),
-        (
-            "another account's projected token",
-            Box::new(|v| {
-                v["spec"]["serviceAccountName"] = json!("victim");
-                v["spec"]["volumes"] = json!([{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]);
-            }),
-        ),
-        (
-            "a Secret in the environment",
-            Box::new(
-                |v| v["spec"]["containers"][0]["env"] = json!([{"name": "P", "valueFrom": {"secretKeyRef": {"name": "corehub-credentials", "key": "password"}}}]),
-            ),
-        ),
-        (
-            "no pre-pull label",
-            Box::new(|v| v["metadata"]["labels"] = json!({"app": "x"})),
-        ),
-    ];
-    for (i, (what, change)) in attacks.iter().enumerate() {
-        let pod = bad(&format!("attack-{i}"), change.as_ref())?;
-        match pods.create(&PostParams::default(), &pod).await {
-            Err(kube::Error::Api(s)) => assert!(
-                s.message.contains("ValidatingAdmissionPolicy"),
-                "{what}: {}",
-                s.message
-            ),
-            other => panic!("{what}: GKO's token created the pod: {other:?}"),
-        }
+        maps.delete("list", &Default::default()).await?;
     }
-    pods.create(&PostParams::default(), &own).await?;
+    Ok(())
+}
+
+/// deploy/rbac.yaml holds GKO's token to the same validations as the chart's admission policies: the
+/// same variables and validations, but for the names each sets first (and the same Role rules).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_rbac_yaml_holds_the_charts_validations() -> anyhow::Result<()> {
+    let docs = |text: &str| -> anyhow::Result<Vec<serde_json::Value>> {
+        let mut out = vec![];
+        for d in serde_yaml::Deserializer::from_str(text) {
+            let v = serde_json::to_value(serde_yaml::Value::deserialize(d)?)?;
+            if !v.is_null() {
+                out.push(v);
+            }
+        }
+        Ok(out)
+    };
+    use serde::Deserialize;
+    let chart = docs(&chart_role("rbac-drift")?)?;
+    let plain = docs(RBAC)?;
+    let policies = |all: &[serde_json::Value]| -> Vec<(serde_json::Value, serde_json::Value)> {
+        all.iter()
+            .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+            .map(|d| {
+                // The names come first (drService and secrets; serviceAccount): the rest is shared.
+                let first = if d["spec"]["paramKind"].is_null() {
+                    2
+                } else {
+                    1
+                };
+                let vars: Vec<serde_json::Value> = d["spec"]["variables"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .split_off(first);
+                (json!(vars), d["spec"]["validations"].clone())
+            })
+            .collect()
+    };
+    let (c, p) = (policies(&chart), policies(&plain));
+    assert_eq!(c.len(), 2);
+    assert_eq!(
+        c, p,
+        "deploy/rbac.yaml and the chart's admission policies differ"
+    );
+    let rules = |all: &[serde_json::Value]| {
+        all.iter().find(|d| d["kind"] == "Role").map(|d| {
+            d["rules"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut r| {
+                    r.as_object_mut().map(|o| o.remove("resourceNames"));
+                    r
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(
+        rules(&chart),
+        rules(&plain),
+        "the two Roles grant different verbs"
+    );
     Ok(())
 }
 

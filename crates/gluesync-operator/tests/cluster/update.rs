@@ -182,11 +182,10 @@ async fn a_clean_update_pauses_updates_and_resumes() -> anyhow::Result<()> {
 /// An update with nothing to wait for (stability window 0, Core Hub answering at once, no module to
 /// change) writes the statuses crash safety needs, each before what it leads to, and little more: Drain
 /// with the pipelines it asks (before they are asked), CoreHub (before its image changes) and the end.
-/// Preflight and Snapshot change nothing and pass through; PrePull makes what needs no status (its pods,
-/// GKO's finalizer: found again without one), so a pull that ends within 100 ms is not written apart,
-/// and on this quick path (its finalizer patch answered at once) GKO's finalizer is on before any status
-/// of the update is written (13 status writes before, then 4 with PrePull's). Its events are recorded
-/// all the same.
+/// Preflight and Snapshot change nothing and pass through; PrePull writes its status, with the pulls it
+/// lists, before it makes their pods (GKO's admission policies read them there), and puts GKO's finalizer
+/// on with them: every status from the drain on is written with the finalizer on. Its events are
+/// recorded all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_update_writes_only_the_statuses_crash_safety_needs() -> anyhow::Result<()> {
     use gluesync_operator::api::UpdateStep;
@@ -223,11 +222,18 @@ async fn a_quick_update_writes_only_the_statuses_crash_safety_needs() -> anyhow:
             "no status {wanted:?} in {seen:?}"
         );
     }
-    // GKO's finalizer went on before the first status of the update was written.
+    // PrePull's status lists the pulls before their pods are made; GKO's finalizer goes on with them,
+    // before the drain's status, which asks the pipelines.
     assert!(
         seen.iter()
-            .all(|(step, _, finalizer)| step.is_none() || *finalizer),
-        "a status of the update written before GKO's finalizer was on: {seen:?}"
+            .any(|(step, _, _)| *step == Some(UpdateStep::PrePull)),
+        "no PrePull status before the pods: {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|(step, _, finalizer)| {
+            matches!(step, None | Some(UpdateStep::PrePull)) || *finalizer
+        }),
+        "a status of the drain or after written before GKO's finalizer was on: {seen:?}"
     );
     assert!(
         !seen
@@ -520,12 +526,7 @@ async fn a_pipeline_that_never_pauses_refuses_the_update() -> anyhow::Result<()>
     install_with_simulator(&ns, &sim, json!({"drainTimeoutSeconds": 3}))?;
     let _gko = Operator::start(&ns);
     // The catalog check runs in the background: wait until it has said 2.3.2.2 is available.
-    wait_for_platform(&ns, "phase UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| s.phase == Some(Phase::UpdateAvailable))
-    })
-    .await?;
+    wait_available(&ns).await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
     let g = wait_for_platform(&ns, "the update to finish", |g| finished(g, 2)).await?;
     let status = g.status.unwrap_or_default();

@@ -22,6 +22,24 @@ pub const SAMPLE_INSTALL: &str = include_str!("../../../../../examples/sample/in
 pub const RBAC: &str = include_str!("../../../../../deploy/rbac.yaml");
 pub const SAMPLE_PLATFORM: &str = include_str!("../../../../../examples/sample/platform.yaml");
 
+/// Applies deploy/rbac.yaml in the namespace: its ServiceAccount, Role and Secret there, and its
+/// cluster-scoped admission policies, which tests on the shared plane apply at once: a conflict of two
+/// applies of the same policy is tried again.
+pub fn apply_rbac(ns: &TestNamespace) -> anyhow::Result<()> {
+    let mut tries = 0;
+    loop {
+        match ns.apply(RBAC) {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < 5 => {
+                tries += 1;
+                eprintln!("applying deploy/rbac.yaml again: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(200 * tries));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Installs the CRD generated from the current types and waits until it serves.
 pub async fn install_crd(client: &Client) -> anyhow::Result<()> {
     gko_test_support::install_crd(client, &gluesync_operator::crd(), FIELD_MANAGER).await
@@ -55,9 +73,9 @@ impl Operator {
         Self::start_with(ns, ns.client.clone())
     }
 
-    /// Runs GKO with only the rights of deploy/rbac.yaml's Role.
+    /// Runs GKO with only the rights of deploy/rbac.yaml's Role, held by its admission policies.
     pub async fn start_with_role(ns: &TestNamespace) -> anyhow::Result<Operator> {
-        ns.apply(RBAC)?;
+        apply_rbac(ns)?;
         let client = ns.service_account_client("gluesync-operator").await?;
         Ok(Self::start_with(ns, client))
     }
@@ -91,9 +109,10 @@ impl Operator {
         ))
     }
 
-    /// Runs GKO with only the rights of deploy/rbac.yaml's Role, serving the Conductor API.
+    /// Runs GKO with only the rights of deploy/rbac.yaml's Role (and its admission policies), serving
+    /// the Conductor API.
     pub async fn start_serving_with_role(ns: &TestNamespace) -> anyhow::Result<(Operator, String)> {
-        ns.apply(RBAC)?;
+        apply_rbac(ns)?;
         let client = ns.service_account_client("gluesync-operator").await?;
         Self::start_serving_as(ns, client)
     }
@@ -165,13 +184,32 @@ pub fn platforms(ns: &TestNamespace) -> Api<GluesyncPlatform> {
 }
 
 /// Waits until GKO has reported the install settled: phase Current, or UpdateAvailable when the catalog
-/// knows a newer Core Hub.
+/// knows a newer Core Hub, with every component ready (GKO reports the phase before the pods are up: an
+/// update started before they run on their nodes has nothing to pre-pull, and on a busy machine that
+/// takes a moment).
 pub async fn wait_settled(ns: &TestNamespace) -> anyhow::Result<GluesyncPlatform> {
     use gluesync_operator::api::Phase;
-    wait_for_platform(ns, "phase Current or UpdateAvailable", |g| {
-        g.status
-            .as_ref()
-            .is_some_and(|s| matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable)))
+    wait_for_platform(
+        ns,
+        "phase Current or UpdateAvailable, every component ready",
+        |g| {
+            g.status.as_ref().is_some_and(|s| {
+                matches!(s.phase, Some(Phase::Current | Phase::UpdateAvailable))
+                    && s.components.iter().all(|c| c.ready)
+            })
+        },
+    )
+    .await
+}
+
+/// Waits until GKO has read the catalog's newer Core Hub (phase UpdateAvailable) with every component
+/// ready, as [`wait_settled`] does.
+pub async fn wait_available(ns: &TestNamespace) -> anyhow::Result<GluesyncPlatform> {
+    use gluesync_operator::api::Phase;
+    wait_for_platform(ns, "phase UpdateAvailable, every component ready", |g| {
+        g.status.as_ref().is_some_and(|s| {
+            s.phase == Some(Phase::UpdateAvailable) && s.components.iter().all(|c| c.ready)
+        })
     })
     .await
 }
