@@ -22,12 +22,15 @@
 //!   memory and reconciles during a rollout of those pods, and the reconciles their deletion causes;
 //! - the Conductor API's throughput (`GET /containers`) for manager sessions GKO knows, for a flood of bad
 //!   tokens, and for both at once, in phases of equal length on one GKO: requests per second by answer
-//!   (200, 401, 429, other), and the Core Hub identity checks each phase cost.
+//!   (200, 401, 429, other), and the Core Hub identity checks each phase cost;
+//! - strangers' unfinished request heads: 512 connections to the Conductor API and 64 to the metrics
+//!   port, each sending 400 KiB of a head that never ends; GKO's resident memory idle and at its peak,
+//!   what became of the connections, and a manager's request meanwhile.
 //!
 //! GKO runs as its release binary (`target/release/gluesync-operator`, built by `make bench`), the
 //! simulator in this process. Run with `make bench`; `gko-bench NAME...` runs only the named figures
-//! (`reaction`, `workloads`, `hang`, `overhead`, `pipelines`, `unrelated`, `conductor`); `gko-bench lease`
-//! compares GKO's elector with `kube-lease-manager` (see `lease.rs`).
+//! (`reaction`, `workloads`, `hang`, `overhead`, `prepull`, `pipelines`, `unrelated`, `conductor`,
+//! `heads`); `gko-bench lease` compares GKO's elector with `kube-lease-manager` (see `lease.rs`).
 
 mod lease;
 
@@ -1737,6 +1740,98 @@ async fn conductor_load(measured: Duration) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What became of a stranger's connection that sent an unfinished request head.
+#[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
+enum HeadOutcome {
+    /// GKO answered 431 (the head passed its bound) and closed it.
+    TooLarge,
+    /// GKO closed it without an answer (its header timeout, or to make room for a new connection).
+    Closed,
+    /// Some other answer.
+    Answered,
+    /// Still open when the client gave up.
+    Open,
+}
+
+/// One stranger: a connection that sends up to `size` bytes of a request head that never ends, then
+/// waits for GKO to answer or close.
+async fn unfinished_head(addr: &'static str, size: usize) -> HeadOutcome {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return HeadOutcome::Closed;
+    };
+    let chunk = vec![b'a'; 4096];
+    let mut sent = 0;
+    if s.write_all(b"GET /conductor/api/containers HTTP/1.1\r\nHost: gko\r\nX-Pad: ")
+        .await
+        .is_ok()
+    {
+        while sent < size && s.write_all(&chunk).await.is_ok() {
+            sent += chunk.len();
+        }
+    }
+    let mut answer = [0u8; 12];
+    match tokio::time::timeout(Duration::from_secs(15), s.read(&mut answer)).await {
+        Ok(Ok(n)) if n >= 12 && &answer[9..12] == b"431" => HeadOutcome::TooLarge,
+        Ok(Ok(n)) if n > 0 => HeadOutcome::Answered,
+        Ok(_) => HeadOutcome::Closed,
+        Err(_) => HeadOutcome::Open,
+    }
+}
+
+/// Strangers' unfinished request heads (no credentials needed): 512 connections to the Conductor API and
+/// 64 to the metrics port, each sending 400 KiB of a head that never ends. GKO's resident memory idle
+/// and at its peak under the load, and what became of the connections; a manager's request meanwhile.
+async fn heads() -> anyhow::Result<()> {
+    const CONDUCTOR: &str = "127.0.0.1:18187";
+    const METRICS: &str = "127.0.0.1:18186";
+    let sim = Simulator::start(Options::default()).await?;
+    let ns = setup("bench-heads", &sim, 0).await?;
+    let gko = Gko::start_with(&ns, 18186, CONDUCTOR)?;
+    let api: Api<GluesyncPlatform> = Api::namespaced(ns.client.clone(), &ns.name);
+    wait_for(&api, "phase Current", current).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = mib(gko.rss_kib());
+    let peak = gko.peak_rss();
+    let mut strangers = vec![];
+    for (addr, count) in [(CONDUCTOR, 512), (METRICS, 64)] {
+        for _ in 0..count {
+            strangers.push(tokio::spawn(unfinished_head(addr, 400 * 1024)));
+        }
+    }
+    // A manager meanwhile, on a new connection.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let token = sim.token_for("manager");
+    let manager = reqwest::Client::new()
+        .get(format!("http://{CONDUCTOR}/conductor/api/containers"))
+        .bearer_auth(token)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    let mut outcomes: HashMap<HeadOutcome, usize> = HashMap::new();
+    for s in strangers {
+        *outcomes
+            .entry(s.await.unwrap_or(HeadOutcome::Closed))
+            .or_default() += 1;
+    }
+    let peak = peak.mib().await;
+    drop(gko);
+    let count = |o| outcomes.get(&o).copied().unwrap_or(0);
+    println!(
+        "Strangers' unfinished request heads: 512 connections to the Conductor API and 64 to the metrics port, each sending 400 KiB of a head that never ends"
+    );
+    println!(
+        "  GKO RSS idle {idle:.1} MiB, peak under the load {peak:.1} MiB; connections: {} answered 431, {} closed unanswered, {} answered otherwise, {} still open after 15 s; a manager's GET /containers meanwhile: {}",
+        count(HeadOutcome::TooLarge),
+        count(HeadOutcome::Closed),
+        count(HeadOutcome::Answered),
+        count(HeadOutcome::Open),
+        manager.map_or_else(|e| format!("failed ({e})"), |c| c.to_string())
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let which: Vec<String> = std::env::args().skip(1).collect();
@@ -1768,6 +1863,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("conductor") {
         conductor_load(Duration::from_secs(5)).await?;
+    }
+    if wants("heads") {
+        heads().await?;
     }
     // Not part of `make bench`: the measure behind docs/development/benchmarks.md's word on why GKO keeps its own elector.
     if which.iter().any(|w| w == "lease") {

@@ -445,6 +445,7 @@ pub async fn serve(
         .with_state(metrics.clone());
     let limits = crate::http::listener::Limits {
         connections: METRICS_CONNECTIONS,
+        unanswered: METRICS_UNANSWERED,
         request_header: METRICS_HEADER_TIMEOUT,
         keep_alive: METRICS_KEEP_ALIVE,
         streams: 4,
@@ -457,6 +458,8 @@ pub async fn serve(
 
 /// Connections open at once on the metrics port (a scraper and the kubelet's probes need a few).
 const METRICS_CONNECTIONS: usize = 64;
+/// Of those, connections not answered yet (a scraper's first request comes at once).
+const METRICS_UNANSWERED: usize = 16;
 /// Time a scraper's connection may stay idle between scrapes (Prometheus scrapes every 15 to 60 s).
 const METRICS_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
 /// Time a connection to the metrics port has to send a complete request.

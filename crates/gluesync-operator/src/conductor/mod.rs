@@ -57,6 +57,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_REQUESTS: usize = 256;
 /// Connections open at once (at the bound a new one closes the one idle the longest, see [`crate::http::listener`]).
 pub const MAX_CONNECTIONS: usize = 512;
+/// Of those, connections not answered yet (none of their requests has reached a handler): the oldest goes
+/// for a new one beyond this, so that strangers' unfinished requests hold little memory.
+pub const MAX_UNANSWERED: usize = 64;
 /// Requests at once on one HTTP/2 connection.
 pub const HTTP2_STREAMS: u32 = 32;
 /// Requests one caller (a Core Hub user) may have in flight at once: a caller holding many slow calls
@@ -1447,6 +1450,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let limits = crate::http::listener::Limits {
         connections: MAX_CONNECTIONS,
+        unanswered: MAX_UNANSWERED,
         request_header: HEADER_READ_TIMEOUT,
         keep_alive: KEEP_ALIVE,
         streams: HTTP2_STREAMS,

@@ -10,7 +10,16 @@
 //! - At most [`Limits::connections`] are open at once. At the bound, a new connection closes the one that
 //!   has been idle the longest (no request in flight), so that silent connections can never keep a caller
 //!   out; when every connection has a request in flight, the new one is closed at once.
-//! - At most [`Limits::streams`] requests at once on one HTTP/2 connection.
+//! - At most [`Limits::unanswered`] of them may stay unanswered (no request of theirs has reached a
+//!   handler, so none is authenticated) longer than [`UNANSWERED_GRACE`]: a new connection closes the
+//!   oldest beyond that, so what strangers hold stays small whatever they send, while a burst of new
+//!   callers that send their requests at once is never cut.
+//! - A request's head (its request line and headers) is at most [`MAX_HEAD`] bytes: longer, HTTP/1 is
+//!   answered 431 and closed, HTTP/2 is refused the stream; a peer's unfinished head is never buffered
+//!   past it.
+//! - At most [`Limits::streams`] requests at once on one HTTP/2 connection, each with a flow-control
+//!   window of [`H2_STREAM_WINDOW`] bytes ([`H2_CONNECTION_WINDOW`] for the connection): what a peer may send
+//!   before a handler reads it.
 //!
 //! The counters say what was closed and why (`gluesync_operator_http_connections_closed_total`).
 
@@ -35,6 +44,14 @@ use tokio::{
 };
 use tower::ServiceExt;
 
+/// The longest request head (request line and headers, or an HTTP/2 header list) a listener reads.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// How long a new connection may go unanswered before it counts against [`Limits::unanswered`].
+pub const UNANSWERED_GRACE: Duration = Duration::from_secs(1);
+/// HTTP/2 flow-control windows: what a peer may send on a stream, and on the connection, unread.
+pub const H2_STREAM_WINDOW: u32 = 64 * 1024;
+pub const H2_CONNECTION_WINDOW: u32 = 256 * 1024;
+
 /// How long a connection told to close (GKO stopping, or idle) may take to say goodbye.
 const GOODBYE: Duration = Duration::from_secs(1);
 /// How long the open connections get to finish when GKO stops.
@@ -45,6 +62,9 @@ const DRAIN: Duration = Duration::from_secs(5);
 pub struct Limits {
     /// Connections open at once.
     pub connections: usize,
+    /// Of those, connections unanswered (no request has reached a handler) for longer than
+    /// [`UNANSWERED_GRACE`]: at most this many once a new connection comes.
+    pub unanswered: usize,
     /// Time a new connection has to send a complete request.
     pub request_header: Duration,
     /// Time a connection that was answered has to send its next request.
@@ -61,7 +81,7 @@ pub struct Counters {
     pub open: Gauge,
     /// Closed because no complete request came within the header timeout.
     pub idle: Counter,
-    /// Closed to make room for a new connection at the bound.
+    /// Closed to make room for a new connection at the bound (of all, or of the unanswered).
     pub evicted: Counter,
     /// Closed at once: the bound was reached and every connection had a request in flight.
     pub refused: Counter,
@@ -109,10 +129,29 @@ struct Registry {
 }
 
 impl Registry {
-    /// Registers a new connection, closing the one idle the longest at the bound; `None` when every open
-    /// connection has a request in flight.
+    /// Registers a new connection, closing the oldest unanswered one at that bound and the one idle the
+    /// longest at the bound of all; `None` when every open connection has a request in flight.
     fn admit(&self, limits: &Limits) -> Option<(u64, Arc<Conn>)> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        // Connections unanswered for longer than UNANSWERED_GRACE, oldest first: beyond the bound, the
+        // oldest go (a burst of new callers, each sending its request at once, is never cut).
+        let mut unanswered: Vec<(Instant, u64)> = open
+            .1
+            .iter()
+            .filter_map(|(id, c)| {
+                let (busy, since, answered) = *c.busy.borrow();
+                (busy == 0 && !answered && since.elapsed() >= UNANSWERED_GRACE)
+                    .then_some((since, *id))
+            })
+            .collect();
+        unanswered.sort_unstable();
+        let beyond = (unanswered.len() + 1).saturating_sub(limits.unanswered);
+        for (_, id) in unanswered.into_iter().take(beyond) {
+            if let Some(conn) = open.1.remove(&id) {
+                limits.counters.evicted.inc();
+                conn.close.notify_one();
+            }
+        }
         if open.1.len() >= limits.connections {
             // The connection idle the longest: a new one that has not sent its request yet is the
             // last to go.
@@ -192,11 +231,15 @@ pub async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(None);
+        .header_read_timeout(None)
+        .max_buf_size(MAX_HEAD);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.streams)
+        .max_header_list_size(MAX_HEAD as u32)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
         // A peer that stops answering while a request is in flight is noticed.
         .keep_alive_interval(Some(Duration::from_secs(20)))
         .keep_alive_timeout(Duration::from_secs(10));

@@ -1655,3 +1655,90 @@ async fn gko_works_within_the_charts_role_and_admission_policy() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// A stranger's unfinished request head costs GKO at most 16 KiB: one that passes it is answered 431 and
+/// closed at once, never read to its 400 KiB (a head within it is read). And strangers that stall
+/// mid-head are held at most `MAX_UNANSWERED` once they are a second old: the next connection (a
+/// manager's, served) closes the oldest beyond that. (GKO's memory under such a load: `make bench`,
+/// heads.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strangers_unfinished_head_is_cut_at_16_kib_and_few_are_held() -> anyhow::Result<()> {
+    use gluesync_operator::conductor::MAX_UNANSWERED;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (_ns, sim, gko, base) = serving_process("long-heads", json!({})).await?;
+    let addr = base.trim_start_matches("http://").to_string();
+    // Opens a connection and sends `size` bytes of a head that never ends.
+    async fn stall(addr: &str, size: usize) -> anyhow::Result<tokio::net::TcpStream> {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"GET /conductor/api/containers HTTP/1.1\r\nHost: gko\r\nX-Pad: ")
+            .await?;
+        let chunk = vec![b'a'; 1024];
+        let mut sent = 0;
+        while sent < size && s.write_all(&chunk).await.is_ok() {
+            sent += chunk.len();
+        }
+        Ok(s)
+    }
+    // What GKO says before it closes (empty: closed unanswered), within `wait`.
+    async fn answer(mut s: tokio::net::TcpStream, wait: Duration) -> Option<String> {
+        let mut answer = Vec::new();
+        tokio::time::timeout(wait, s.read_to_end(&mut answer))
+            .await
+            .ok()
+            .map(|_| String::from_utf8_lossy(&answer).into_owned())
+    }
+    let long = stall(&addr, 400 * 1024).await?;
+    let said = answer(long, Duration::from_secs(5)).await;
+    assert!(
+        said.as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 431")),
+        "a head past 16 KiB is refused at once: {said:?}"
+    );
+    // A head within the bound is read (and refused only for its missing credentials).
+    let pad = "a".repeat(12 * 1024);
+    let (code, _) = call(
+        reqwest::Client::new()
+            .get(format!("{base}/conductor/api/containers"))
+            .header("x-pad", &pad),
+    )
+    .await?;
+    assert_eq!(code, 401);
+    // 512 strangers that stall after 8 KiB of a head: GKO holds them (they reached it)...
+    // (opened at once: within the second a stranger may stay unanswered before it counts).
+    let strangers: Vec<tokio::net::TcpStream> =
+        futures::future::join_all((0..512).map(|_| stall(&addr, 8 * 1024)))
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<_>>()?;
+    let open = "gluesync_operator_http_connections{listener=\"conductor\"}";
+    let held = gko.metric(open).await?;
+    assert!(held >= 256.0, "the strangers reached GKO: {held} open");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // ...until a new connection comes, a second on: the oldest beyond the bound go.
+    let (code, body) = call(
+        reqwest::Client::new()
+            .get(format!("{base}/conductor/api/containers"))
+            .bearer_auth(sim.token_for("manager")),
+    )
+    .await?;
+    assert_eq!(code, 200, "the manager is served: {body}");
+    let left = gko.metric(open).await?;
+    assert!(
+        left <= MAX_UNANSWERED as f64 + 3.0,
+        "{left} connections open after the manager's came (bound {MAX_UNANSWERED})"
+    );
+    let mut closed = 0;
+    for s in strangers {
+        if answer(s, Duration::from_millis(200))
+            .await
+            .is_some_and(|a| a.is_empty())
+        {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 512 - MAX_UNANSWERED,
+        "{closed} of the 512 strangers closed unanswered"
+    );
+    Ok(())
+}
