@@ -1466,6 +1466,10 @@ pub struct DisasterRecoveryStatus {
     /// A digest of the Service settings last written to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_settings: Option<String>,
+    /// The Service's selector: Core Hub's pods' (its workload's `spec.selector.matchLabels`), written before
+    /// the Service. The chart's admission policy lets GKO's ServiceAccount give the Service no other.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub service_selector: BTreeMap<String, String>,
     /// What happens now, or why the setup failed.
     pub message: String,
     /// Why the setup failed, once it has (RollingBack, Failed).

@@ -479,6 +479,9 @@ fn start(
         secret_name: secret.clone(),
         service: previous.and_then(|p| p.service.clone()),
         service_settings: previous.and_then(|p| p.service_settings.clone()),
+        service_selector: previous
+            .map(|p| p.service_selector.clone())
+            .unwrap_or_default(),
         message: String::new(),
         failure: None,
         since: obs.now.clone(),
@@ -659,6 +662,7 @@ fn active(
         d.actions
             .push(Action::ApplyService(Box::new(service(gsp, spec, core))));
         dr.service_settings = Some(settings);
+        dr.service_selector = core.selector.clone();
     }
     d.status.disaster_recovery = Some(dr);
 }
@@ -776,6 +780,7 @@ fn setting_up(
             d.actions
                 .push(Action::ApplyService(Box::new(service(gsp, spec, core))));
             dr.service_settings = Some(service_digest(spec));
+            dr.service_selector = core.selector.clone();
             dr.message = format!(
                 "the workloads carry the setup; publishing ports {} and {} with Service {}",
                 spec.replication_port,
@@ -910,6 +915,7 @@ fn restore(
             set_phase(&mut dr, Phase::Failed, message, obs);
             dr.service = None;
             dr.service_settings = None;
+            dr.service_selector.clear();
             dr.components.clear();
             d.status.disaster_recovery = Some(dr);
         }
@@ -1153,6 +1159,7 @@ mod tests {
                 secret_name: "s".into(),
                 service: None,
                 service_settings: None,
+                service_selector: Default::default(),
                 message: format!("the setup is {}", phase.as_str()),
                 failure: None,
                 since: at(0),

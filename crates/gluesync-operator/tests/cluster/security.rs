@@ -503,8 +503,10 @@ async fn silent_connections_are_closed_and_a_manager_is_served() -> anyhow::Resu
     let opened = std::time::Instant::now();
     // The connections reached GKO: its open files rose, bounded by its connection limit.
     let peak = gko.open_files()?;
+    // (Those unanswered for over a second count against a smaller bound as later ones come, so on a
+    // busy machine fewer are held at once: still more than that bound.)
     assert!(
-        peak >= idle + 300,
+        peak > idle + gluesync_operator::conductor::MAX_UNANSWERED,
         "GKO holds the connections: {idle} -> {peak}"
     );
     // Bounded: GKO counts at most its limit open (an evicted connection's file goes a moment after it is
@@ -1388,9 +1390,10 @@ async fn gkos_token_changes_only_images_and_the_setup_of_labelled_workloads() ->
 }
 
 /// GKO's token writes the disaster-recovery Service only as GKO makes it (a ClusterIP, NodePort or
-/// LoadBalancer Service of the two pair ports to Core Hub's pods): never another Service, an
-/// ExternalName, external IPs, another port, or a new selector; and of ConfigMaps only its spilled
-/// pipeline lists (not Core Hub's configuration, made, changed or deleted).
+/// LoadBalancer Service of the two pair ports to Core Hub's pods, the selector its GluesyncPlatform's
+/// status records): never another Service, an ExternalName, external IPs, another port, another
+/// selector than the status records, or a new one; and of ConfigMaps only its spilled pipeline lists (not
+/// Core Hub's configuration, made, changed or deleted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gkos_token_writes_only_the_pair_service_as_gko_makes_it_and_its_spilled_lists()
 -> anyhow::Result<()> {
@@ -1401,13 +1404,28 @@ async fn gkos_token_writes_only_the_pair_service_as_gko_makes_it_and_its_spilled
         ns.apply(
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: corehub-config\ndata:\n  a: b\n",
         )?;
+        // The platform, its pair being set up: GKO records the Service's selector before the Service.
+        ns.apply(SAMPLE_PLATFORM)?;
+        platforms(&ns)
+            .patch_status(
+                "gluesync",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"disasterRecovery": {
+                    "phase": "SettingUp", "role": "primary", "peerAddress": "dr-b.example.com",
+                    "setup": "mark", "secretName": "gluesync-disaster-recovery", "message": "",
+                    "since": "2026-12-07T10:00:00Z",
+                    "serviceSelector": {"app.kubernetes.io/name": "gluesync-gluesync-core-hub"},
+                }}})),
+            )
+            .await?;
         let gko = rights.install(&ns).await?;
         let services: Api<Service> = Api::namespaced(gko.clone(), &ns.name);
         let service = |name: &str,
                        change: &dyn Fn(&mut serde_json::Value)|
          -> anyhow::Result<Service> {
             let mut v = json!({
-                "metadata": {"name": name},
+                "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gluesync-operator",
+                                                      "gluesync.molo17.com/platform": "gluesync"}},
                 "spec": {"type": "NodePort", "selector": {"app.kubernetes.io/name": "gluesync-gluesync-core-hub"},
                          "ports": [{"name": "dr-replication", "port": 1718, "targetPort": 1718, "protocol": "TCP"},
                                    {"name": "dr-control", "port": 1719, "targetPort": 1719, "protocol": "TCP"}]},
@@ -1417,28 +1435,40 @@ async fn gkos_token_writes_only_the_pair_service_as_gko_makes_it_and_its_spilled
         };
         let pair = "gluesync-disaster-recovery";
         type Change = fn(&mut serde_json::Value);
-        let attacks: [(&str, &str, &str, Change); 5] = [
+        let attacks: [(&str, &str, &str, Change); 7] = [
+            (
+                "without GKO's label",
+                pair,
+                "labelled app.kubernetes.io/managed-by",
+                |v| v["metadata"]["labels"] = json!(null),
+            ),
             (
                 "another Service",
                 "published",
                 "only the disaster-recovery Service",
                 |_| {},
             ),
-            (
-                "an ExternalName",
-                pair,
-                shape,
-                |v| v["spec"] = json!({"type": "ExternalName", "externalName": "evil.example.com"}),
-            ),
+            ("an ExternalName", pair, shape, |v| {
+                v["spec"]["type"] = json!("ExternalName");
+                v["spec"]["externalName"] = json!("evil.example.com");
+                v["spec"]["ports"] = json!(null);
+            }),
             ("external IPs", pair, shape, |v| {
                 v["spec"]["externalIPs"] = json!(["203.0.113.7"])
             }),
             ("another port", pair, shape, |v| {
                 v["spec"]["ports"][1] = json!({"name": "http", "port": 80, "targetPort": 3000})
             }),
-            ("no selector", pair, shape, |v| {
+            // (Refused by both policies: either may answer.)
+            ("no selector", pair, "Core Hub's pods", |v| {
                 v["spec"]["selector"] = json!(null)
             }),
+            (
+                "another selector",
+                pair,
+                "status.disasterRecovery.serviceSelector says",
+                |v| v["spec"]["selector"] = json!({"app": "postgres"}),
+            ),
         ];
         for (what, name, rule, change) in attacks {
             refused_by(
@@ -1502,6 +1532,58 @@ async fn gkos_token_writes_only_the_pair_service_as_gko_makes_it_and_its_spilled
         )
         .await?;
         maps.delete("list", &Default::default()).await?;
+    }
+    Ok(())
+}
+
+/// GKO's admission policies hold GKO's token alone: in a namespace with no GluesyncPlatform (the
+/// policies that read one find none), anyone else's pods and Services are created as before, while a
+/// pre-pull pod of GKO's token is refused there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policies_refuse_nothing_of_anyone_else() -> anyhow::Result<()> {
+    use gluesync_operator::{api::GluesyncPlatform, update::prepull};
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    for rights in Rights::ALL {
+        let ns = namespace(&format!("others-{rights:?}").to_lowercase()).await?;
+        let gko = rights.install(&ns).await?;
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "app", "labels": {"app.kubernetes.io/managed-by": "someone"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+        }))?;
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "app"}, "spec": {"ports": [{"port": 80}]},
+        }))?;
+        Api::<Pod>::namespaced(ns.client.clone(), &ns.name)
+            .create(&PostParams::default(), &pod)
+            .await?;
+        Api::<Service>::namespaced(ns.client.clone(), &ns.name)
+            .create(&PostParams::default(), &svc)
+            .await?;
+        // GKO's own pre-pull pod, with no GluesyncPlatform to read: refused.
+        let mut gsp = GluesyncPlatform::new(
+            "gluesync",
+            serde_json::from_value(json!({"version": "2.3.2.2"}))?,
+        );
+        gsp.metadata.namespace = Some(ns.name.clone());
+        gsp.metadata.uid = Some("00000000-0000-0000-0000-000000000001".into());
+        let own = prepull::pod(
+            &gsp,
+            &prepull::Pull {
+                name: "gluesync-pre-pull-000000000001".into(),
+                node: "kwok-node-0".into(),
+                image: "molo17/gluesync-core-hub:2.3.2.2".into(),
+                workload: "gluesync-gluesync-core-hub".into(),
+            },
+            &[],
+        );
+        refused_by(
+            "a pre-pull pod with no platform",
+            rights,
+            "no params found",
+            Api::<Pod>::namespaced(gko, &ns.name)
+                .create(&PostParams::default(), &own)
+                .await,
+        );
     }
     Ok(())
 }
@@ -1712,7 +1794,11 @@ async fn a_strangers_unfinished_head_is_cut_at_16_kib_and_few_are_held() -> anyh
             .collect::<anyhow::Result<_>>()?;
     let open = "gluesync_operator_http_connections{listener=\"conductor\"}";
     let held = gko.metric(open).await?;
-    assert!(held >= 256.0, "the strangers reached GKO: {held} open");
+    // (Those a second old count against the bound as later ones come: more than it are held.)
+    assert!(
+        held > MAX_UNANSWERED as f64,
+        "the strangers reached GKO: {held} open"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // ...until a new connection comes, a second on: the oldest beyond the bound go.
     let (code, body) = call(
