@@ -1486,7 +1486,8 @@ async fn gkos_token_writes_only_the_pair_service_as_gko_makes_it_and_its_spilled
         refused_by(
             "a new selector",
             rights,
-            shape,
+            // (Refused by both policies: either may answer.)
+            "Core Hub's pods",
             services
                 .patch(
                     pair,
