@@ -263,6 +263,24 @@ async fn serving_process(
     Ok((ns, sim, gko, base))
 }
 
+/// GKO in the test process serving the Conductor API (admin's rights), on a sample install whose Core
+/// Hub is the simulator, settled; the API's base URL comes with it.
+async fn serving_in_process(
+    hint: &str,
+) -> anyhow::Result<(
+    gko_test_support::TestNamespace,
+    gluesync_simulator::Simulator,
+    Operator,
+    String,
+)> {
+    let ns = namespace(hint).await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let (gko, base) = Operator::start_serving(&ns)?;
+    wait_settled(&ns).await?;
+    Ok((ns, sim, gko, base))
+}
+
 /// One call of the API; its status and body.
 async fn call(req: reqwest::RequestBuilder) -> anyhow::Result<(u16, serde_json::Value)> {
     let resp = req.send().await?;
@@ -277,11 +295,7 @@ async fn call(req: reqwest::RequestBuilder) -> anyhow::Result<(u16, serde_json::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cross_site_cookie_post_is_refused_whatever_authorization_comes_with_it()
 -> anyhow::Result<()> {
-    let ns = namespace("csrf-authorization").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let (_gko, base) = Operator::start_serving(&ns)?;
-    wait_settled(&ns).await?;
+    let (ns, sim, _gko, base) = serving_in_process("csrf-authorization").await?;
     let cookie = format!("gs-auth={}", sim.token_for("manager"));
     let http = reqwest::Client::new();
     let post = |extra: Option<reqwest::header::HeaderValue>, origin: Option<&str>| {
@@ -344,11 +358,7 @@ async fn a_cross_site_cookie_post_is_refused_whatever_authorization_comes_with_i
 /// not start. The manager's cookie alone is let through (the refusal is the duplicate's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_session_cookies_are_refused() -> anyhow::Result<()> {
-    let ns = namespace("two-cookies").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let (_gko, base) = Operator::start_serving(&ns)?;
-    wait_settled(&ns).await?;
+    let (ns, sim, _gko, base) = serving_in_process("two-cookies").await?;
     let (viewer, manager) = (sim.token_for("viewer"), sim.token_for("manager"));
     let http = reqwest::Client::new();
     let post = |cookies: &[String], action: &str| {
@@ -618,11 +628,7 @@ async fn two_processes_on_one_host_without_a_pod_name_never_lead_together() -> a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_login_is_verified_during_a_flood_from_the_same_address() -> anyhow::Result<()> {
     use futures::StreamExt;
-    let ns = namespace("flood-new-login").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let (_gko, base) = Operator::start_serving(&ns)?;
-    wait_settled(&ns).await?;
+    let (_ns, sim, _gko, base) = serving_in_process("flood-new-login").await?;
     let http = reqwest::Client::new();
     let url = format!("{base}/conductor/api/containers");
     let (http, url) = (&http, &url);
@@ -779,11 +785,7 @@ async fn answers_without_end_from_core_hub_and_the_catalog_are_cut_off() -> anyh
     use std::sync::atomic::Ordering;
     let corehub = endless().await?;
     let catalog = endless().await?;
-    let ns = namespace("endless-answers").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let (_gko, base) = Operator::start_serving(&ns)?;
-    wait_settled(&ns).await?;
+    let (ns, sim, _gko, base) = serving_in_process("endless-answers").await?;
     let http = reqwest::Client::new();
     // The catalog first, with Core Hub still the simulator: a viewer asks for a version.
     patch_spec(
@@ -843,11 +845,7 @@ async fn answers_without_end_from_core_hub_and_the_catalog_are_cut_off() -> anyh
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_with_many_slow_calls_never_takes_every_slot() -> anyhow::Result<()> {
     use futures::StreamExt;
-    let ns = namespace("slow-viewer").await?;
-    let sim = simulator().await?;
-    install_with_simulator(&ns, &sim, json!({}))?;
-    let (_gko, base) = Operator::start_serving(&ns)?;
-    wait_settled(&ns).await?;
+    let (_ns, sim, _gko, base) = serving_in_process("slow-viewer").await?;
     let viewer = sim.token_for("viewer");
     let manager = sim.token_for("manager");
     let http = reqwest::Client::new();
