@@ -297,3 +297,35 @@ spec:
   {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+A Prometheus duration of the chart's schema (one or more of <n>ms, <n>s, <n>m, <n>h: 1m30s) in milliseconds.
+*/}}
+{{- define "gluesync-operator.durationMs" -}}
+{{- $ms := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" . -1 -}}
+{{- $n := regexFind "^[0-9]+" . | int64 -}}
+{{- $unit := trimPrefix (regexFind "^[0-9]+" .) . -}}
+{{- $ms = add $ms (mul $n (get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) $unit)) -}}
+{{- end -}}
+{{- $ms -}}
+{{- end -}}
+
+{{/*
+The scrape timeout of a ServiceMonitor or PodMonitor (dict "what" <values path> "m" <its values>): the one
+set, refused when longer than the interval (the Prometheus Operator drops such a monitor and GKO goes
+unscraped), or by default 30s, or the interval when that is shorter.
+*/}}
+{{- define "gluesync-operator.scrapeTimeout" -}}
+{{- $interval := include "gluesync-operator.durationMs" .m.interval | int64 -}}
+{{- if .m.scrapeTimeout -}}
+{{- if gt (include "gluesync-operator.durationMs" .m.scrapeTimeout | int64) $interval -}}
+{{- fail (printf "%s.scrapeTimeout (%s) is longer than %s.interval (%s): the Prometheus Operator refuses such a monitor; set it to at most the interval, or leave it unset" .what .m.scrapeTimeout .what .m.interval) -}}
+{{- end -}}
+{{- .m.scrapeTimeout -}}
+{{- else if lt $interval 30000 -}}
+{{- .m.interval -}}
+{{- else -}}
+30s
+{{- end -}}
+{{- end -}}

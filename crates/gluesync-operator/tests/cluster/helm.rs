@@ -1406,3 +1406,214 @@ async fn every_value_set_renders_what_the_api_server_accepts() -> anyhow::Result
     assert!(refused.contains("/image/digest"), "{refused}");
     Ok(())
 }
+
+/// A Prometheus duration of the chart's schema (`1m30s`) in milliseconds.
+fn duration_ms(d: &str) -> u64 {
+    let mut total = 0;
+    let mut number = String::new();
+    let mut chars = d.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: u64 = std::mem::take(&mut number).parse().unwrap();
+        total += n * match (c, chars.peek()) {
+            ('m', Some('s')) => {
+                chars.next();
+                1
+            }
+            ('s', _) => 1_000,
+            ('m', _) => 60_000,
+            ('h', _) => 3_600_000,
+            _ => panic!("not a duration: {d}"),
+        };
+    }
+    total
+}
+
+/// GKO's monitors time out within their interval (the Prometheus Operator refuses a longer timeout, and
+/// GKO would go unscraped): unset, 30 s or the interval when shorter; set longer, the chart refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitors_time_out_within_their_interval() -> anyhow::Result<()> {
+    let ns = namespace("helm-scrape").await?;
+    monitoring_crds(&ns)?;
+    let operator = charts().join("gluesync-operator").display().to_string();
+    for (kind, key, endpoints) in [
+        ("ServiceMonitor", "prometheus.servicemonitor", "endpoints"),
+        ("PodMonitor", "prometheus.podmonitor", "podMetricsEndpoints"),
+    ] {
+        for (interval, timeout, want) in [
+            ("15s", None, "15s"),
+            ("60s", None, "30s"),
+            ("10m", None, "30s"),
+            ("500ms", None, "500ms"),
+            ("1m30s", Some("45s"), "45s"),
+            ("20s", Some("20s"), "20s"),
+        ] {
+            let mut sets = vec![
+                "platform.version=2.3.2.1".to_string(),
+                format!("{key}.enabled=true"),
+                format!("{key}.interval={interval}"),
+            ];
+            if let Some(t) = timeout {
+                sets.push(format!("{key}.scrapeTimeout={t}"));
+            }
+            let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+            let objects = template(&operator, &sets)?;
+            let monitor = object(&objects, kind, GKO).context("the monitor")?;
+            let endpoint = &monitor["spec"][endpoints][0];
+            assert_eq!(endpoint["interval"], interval, "{kind}");
+            assert_eq!(endpoint["scrapeTimeout"], want, "{kind} every {interval}");
+            assert!(duration_ms(want) <= duration_ms(interval), "{kind} {want}");
+            // And the API server takes it, as the Prometheus Operator's schema says.
+            let mut args = vec!["template", "gluesync", operator.as_str()];
+            for s in &sets {
+                args.extend(["--set", s]);
+            }
+            let (ok, out) = dry_run(&ns, &helm(&ns, &args)?)?;
+            assert!(ok, "{kind} every {interval}: {out}");
+        }
+        let refused = refusal(
+            &ns,
+            &operator,
+            &[
+                "platform.version=2.3.2.1",
+                &format!("{key}.enabled=true"),
+                &format!("{key}.interval=15s"),
+                &format!("{key}.scrapeTimeout=30s"),
+            ],
+        );
+        assert!(
+            refused.contains(&format!(
+                "{key}.scrapeTimeout (30s) is longer than {key}.interval (15s)"
+            )),
+            "{refused}"
+        );
+        // Not a duration: the schema says so.
+        let refused = refusal(
+            &ns,
+            &operator,
+            &[
+                "platform.version=2.3.2.1",
+                &format!("{key}.scrapeTimeout=soon"),
+            ],
+        );
+        assert!(refused.contains("scrapeTimeout"), "{refused}");
+    }
+    assert_eq!(duration_ms("1m30s"), 90_000);
+    assert_eq!(duration_ms("1h500ms"), 3_600_500);
+    Ok(())
+}
+
+/// GKO's PodDisruptionBudget lets a node drain through: with one replica (the default) the eviction of
+/// GKO's pod is allowed, on the control plane's own disruption controller, where the budget the chart
+/// rendered before (`minAvailable: 1`) refuses it for ever; with more replicas, one may go at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_drain_may_evict_gkos_one_pod() -> anyhow::Result<()> {
+    use k8s_openapi::api::{core::v1::Pod, policy::v1::PodDisruptionBudget};
+    use kube::{
+        ResourceExt,
+        api::{Api, EvictParams},
+    };
+    let ns = namespace("helm-drain").await?;
+    let operator = charts().join("gluesync-operator").display().to_string();
+    let budget = |extra: &[&str]| -> anyhow::Result<Value> {
+        let mut sets = vec![
+            "platform.version=2.3.2.1",
+            "podDisruptionBudget.enabled=true",
+        ];
+        sets.extend(extra);
+        let objects = template(&operator, &sets)?;
+        Ok(object(&objects, "PodDisruptionBudget", GKO)
+            .context("the budget")?
+            .clone())
+    };
+    let one = budget(&[])?;
+    assert_eq!(one["spec"]["maxUnavailable"], 1, "{one}");
+    assert!(one["spec"]["minAvailable"].is_null(), "{one}");
+    assert_eq!(one["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    let three = budget(&["replicas=3"])?;
+    assert_eq!(three["spec"]["minAvailable"], 1, "{three}");
+    assert!(three["spec"]["maxUnavailable"].is_null(), "{three}");
+    assert_eq!(three["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    // Set by hand, the values count.
+    let set = budget(&["podDisruptionBudget.maxUnavailable=50%"])?;
+    assert_eq!(set["spec"]["maxUnavailable"], "50%");
+
+    // A client that says a refused eviction (429) at once, as kubectl drain reads it, instead of
+    // retrying it for minutes as kube's default client does.
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&ns.cp.kubeconfig)?,
+        &Default::default(),
+    )
+    .await?;
+    config.default_retry = false;
+    let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, &ns.name);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(ns.client.clone(), &ns.name);
+    // GKO's one pod, of a Deployment labelled as the chart's (the disruption controller counts the pods
+    // a budget expects from their controller's replicas), ready on the simulated node.
+    ns.apply(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: gko\nspec:\n  replicas: 1\n  \
+         selector:\n    matchLabels: &labels\n      app.kubernetes.io/name: gluesync-operator\n      \
+         app.kubernetes.io/instance: gluesync\n  template:\n    metadata:\n      labels: *labels\n    \
+         spec:\n      containers:\n        - name: gluesync-operator\n          \
+         image: molo17/gluesync-operator:0.3.0\n",
+    )?;
+    // A budget, once the disruption controller has counted GKO's one pod under it; then the eviction a
+    // drain asks for.
+    let evict = |budget: Value| {
+        let ns = &ns;
+        let pods = pods.clone();
+        let budgets = budgets.clone();
+        async move {
+            ns.apply(&serde_json::to_string(&budget)?)?;
+            gko_test_support::eventually(
+                "the disruption controller to count GKO's pod",
+                Duration::from_secs(60),
+                || async {
+                    let b = budgets.get(GKO).await?;
+                    let generation = b.metadata.generation;
+                    Ok(b.status.filter(|s| {
+                        s.observed_generation == generation
+                            && s.expected_pods == Some(1)
+                            && s.current_healthy == Some(1)
+                    }))
+                },
+            )
+            .await?;
+            let pod = pods
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|p| p.metadata.deletion_timestamp.is_none())
+                .context("GKO's pod")?
+                .name_any();
+            anyhow::Ok((pod.clone(), pods.evict(&pod, &EvictParams::default()).await))
+        }
+    };
+    // The budget of before: the eviction is refused (429), the pod stays.
+    let before = budget(&["podDisruptionBudget.minAvailable=1"])?;
+    assert_eq!(before["spec"]["minAvailable"], 1);
+    let (pod, refused) = evict(before).await?;
+    match refused {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 429, "{s:?}");
+            assert!(s.message.contains("disruption budget"), "{}", s.message);
+        }
+        other => panic!("the budget of before let the eviction through: {other:?}"),
+    }
+    let stayed = pods.get(&pod).await?;
+    assert!(stayed.metadata.deletion_timestamp.is_none(), "{pod}");
+    // Today's, one replica: the eviction goes through.
+    budgets.delete(GKO, &Default::default()).await?;
+    let (pod, evicted) = evict(one).await?;
+    assert!(evicted.is_ok(), "{evicted:?}");
+    let gone = pods.get_opt(&pod).await?;
+    assert!(
+        gone.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "{pod} was not evicted"
+    );
+    Ok(())
+}
