@@ -8,9 +8,15 @@ use std::{
     },
 };
 
-use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use axum::{
+    Router,
+    extract::State,
+    http::{HeaderMap, StatusCode, header},
+    response::IntoResponse,
+    routing::get,
+};
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    encoding::{EncodeLabelSet, prometheus_text, text},
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
@@ -402,21 +408,93 @@ impl Metrics {
         }
     }
 
+    /// The metrics in OpenMetrics text.
     pub fn render(&self) -> String {
+        self.render_as(Format::OpenMetrics)
+    }
+
+    /// The metrics in `format`.
+    pub fn render_as(&self, format: Format) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
+        let _ = match format {
+            Format::OpenMetrics => text::encode(&mut out, &self.registry),
+            Format::Text => prometheus_text::encode(&mut out, &self.registry),
+        };
         out
     }
 }
 
-async fn render_metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
+/// The two exposition formats `/metrics` answers in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `application/openmetrics-text; version=1.0.0`: counter families named without `_total`.
+    OpenMetrics,
+    /// `text/plain; version=0.0.4`, Prometheus' text format: counters named with `_total`.
+    Text,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => prometheus_text::CONTENT_TYPE,
+        }
+    }
+
+    /// The format an `Accept` header asks for, as the Prometheus client libraries choose it: the media
+    /// range of highest weight that is OpenMetrics text (version 1.0.0, 0.0.1 or none said) or anything
+    /// else GKO can answer, the earliest of equal weights; the text format when nothing names
+    /// OpenMetrics (no header, `text/plain`, `*/*`: curl, older agents, promtool).
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let mut best: Option<(f32, Format)> = None;
+        for range in accept.unwrap_or_default().split(',') {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+            let mut weight = 1.0_f32;
+            let mut version = None;
+            for p in parts {
+                let Some((k, v)) = p.split_once('=') else {
+                    continue;
+                };
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "q" => weight = v.trim().parse().unwrap_or(0.0),
+                    "version" => version = Some(v.trim().trim_matches('"').to_string()),
+                    _ => {}
+                }
+            }
+            let format = match media.as_str() {
+                "application/openmetrics-text"
+                    if matches!(version.as_deref(), None | Some("1.0.0") | Some("0.0.1")) =>
+                {
+                    Format::OpenMetrics
+                }
+                "text/plain" if matches!(version.as_deref(), None | Some("0.0.4")) => Format::Text,
+                "text/*" | "*/*" => Format::Text,
+                _ => continue,
+            };
+            if weight > 0.0 && best.is_none_or(|(w, _)| weight > w) {
+                best = Some((weight, format));
+            }
+        }
+        best.map_or(Format::Text, |(_, f)| f)
+    }
+}
+
+async fn render_metrics(State(m): State<Arc<Metrics>>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let format = Format::negotiate(Some(&accept));
     (
-        [(
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        m.render(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept"),
+        ],
+        m.render_as(format),
     )
 }
 
@@ -467,6 +545,73 @@ const METRICS_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 
 #[cfg(test)]
 mod tests {
+    /// The format of each Accept header: OpenMetrics only when the weightiest answerable range names it.
+    #[test]
+    fn the_format_is_the_one_the_accept_header_weighs_most() {
+        use super::Format::{OpenMetrics, Text};
+        for (accept, format) in [
+            (None, Text),
+            (Some(""), Text),
+            (Some("*/*"), Text),
+            (Some("text/plain; version=0.0.4"), Text),
+            (Some("application/openmetrics-text"), OpenMetrics),
+            (
+                Some("application/openmetrics-text; version=0.0.1"),
+                OpenMetrics,
+            ),
+            (
+                Some("Application/OpenMetrics-Text;Version=\"1.0.0\""),
+                OpenMetrics,
+            ),
+            // A version GKO cannot write, then the text format.
+            (
+                Some("application/openmetrics-text; version=2.0.0, text/plain"),
+                Text,
+            ),
+            (
+                Some("text/plain;q=0.3,application/openmetrics-text;q=0.6"),
+                OpenMetrics,
+            ),
+            (
+                Some("application/openmetrics-text;q=0.2,text/plain;q=0.3"),
+                Text,
+            ),
+            // Equal weights: the first.
+            (Some("text/plain,application/openmetrics-text"), Text),
+            (Some("application/openmetrics-text,text/plain"), OpenMetrics),
+            // Refused (q=0) and unknown ranges are passed over.
+            (Some("application/openmetrics-text;q=0"), Text),
+            (
+                Some(
+                    "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;q=0.5",
+                ),
+                OpenMetrics,
+            ),
+            (Some("text/plain;version=1.0.0"), Text),
+        ] {
+            assert_eq!(super::Format::negotiate(accept), format, "{accept:?}");
+        }
+    }
+
+    /// Both formats name counters' samples with `_total`; only the text format's HELP and TYPE do too.
+    #[test]
+    fn each_format_writes_its_own_names() {
+        let m = super::Metrics::default();
+        let open = m.render_as(super::Format::OpenMetrics);
+        let text = m.render_as(super::Format::Text);
+        assert!(
+            open.contains("# TYPE gluesync_operator_reconciles counter\n"),
+            "{open}"
+        );
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        assert!(
+            text.contains("# TYPE gluesync_operator_reconciles_total counter\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+        assert_eq!(m.render(), open);
+    }
+
     /// Since when the catalog has not answered: 0 while it answers (or offline), its last answer once
     /// it fails, the resource's creation when it never answered.
     #[test]

@@ -441,5 +441,87 @@ async fn the_dashboard_and_the_alerts_read_metrics_a_running_gko_serves() -> any
     );
     // The queries cover what they should (a check that the names were read at all).
     assert!(read.len() >= 15, "{read:?}");
+    scraped_in_the_format_asked(&gko.metrics_url).await
+}
+
+/// `promtool check metrics` of a scrape: what it found wrong (empty when nothing).
+fn promtool_check_metrics(text: &str) -> anyhow::Result<String> {
+    use std::io::Write;
+    let mut child = Command::new(promtool()?)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(text.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(if out.status.success() {
+        String::new()
+    } else {
+        said
+    })
+}
+
+/// `/metrics` answers the format its client asks for, as the Prometheus client libraries do: Prometheus'
+/// text format to a client that names no OpenMetrics (curl, older agents, promtool: every family with its
+/// HELP and TYPE under the names of its samples), OpenMetrics to one that asks for it (Prometheus).
+async fn scraped_in_the_format_asked(url: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let get = |accept: Option<&'static str>| {
+        let mut request = http.get(url);
+        if let Some(a) = accept {
+            request = request.header("accept", a);
+        }
+        async move {
+            let answer = request.send().await?.error_for_status()?;
+            let kind = answer.headers()["content-type"].to_str()?.to_string();
+            anyhow::Ok((kind, answer.text().await?))
+        }
+    };
+    // Prometheus' own Accept header (v3), and two clients of the text format.
+    let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+                      application/openmetrics-text;version=0.0.1;q=0.5,\
+                      text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    let (kind, text) = get(Some(prometheus)).await?;
+    assert!(
+        kind.starts_with("application/openmetrics-text; version=1.0.0"),
+        "{kind}"
+    );
+    assert!(
+        text.contains("# TYPE gluesync_operator_updates counter\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    for accept in [None, Some("text/plain;version=0.0.4"), Some("*/*")] {
+        let (kind, text) = get(accept).await?;
+        assert_eq!(
+            kind, "text/plain; version=0.0.4; charset=utf-8",
+            "{accept:?}"
+        );
+        assert!(
+            text.contains("# HELP gluesync_operator_updates_total ")
+                && text.contains("# TYPE gluesync_operator_updates_total counter\n"),
+            "{accept:?}: {text}"
+        );
+        assert!(!text.contains("# EOF"), "{accept:?}: {text}");
+        let wrong = promtool_check_metrics(&text)?;
+        assert!(
+            wrong.is_empty(),
+            "{accept:?}: promtool check metrics: {wrong}\n{text}"
+        );
+    }
+    // The check can fail: OpenMetrics read as the text format lacks the HELP of every counter's samples.
+    let (_, open) = get(Some(prometheus)).await?;
+    let wrong = promtool_check_metrics(&open)?;
+    assert!(wrong.contains("no help text"), "{wrong}");
     Ok(())
 }
