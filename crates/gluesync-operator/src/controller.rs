@@ -3,6 +3,7 @@
 //! out its actions on the committed platform → hand the background work its new wants and record its
 //! events. Only the Lease holder reconciles.
 
+use crate::cluster::wording::Said;
 use std::{
     sync::Arc,
     time::{Duration, Instant},
@@ -337,7 +338,7 @@ async fn not_parsed(
                 ),
             )
     {
-        warn!(error = %e, "recording an event failed");
+        warn!(error = %Said(&e), "recording an event failed");
     }
     Requeue::await_change()
 }
@@ -351,7 +352,7 @@ pub fn error_policy(
         Error::Commit(CommitError::Stale) => Requeue::requeue(Duration::from_millis(50)),
         _ => {
             ctx.view.metrics.reconcile_errors.inc();
-            warn!(gsp = %gsp.name_any(), %error, "reconcile failed; retrying in 2 s");
+            warn!(gsp = %gsp.name_any(), error = %Said(error), "reconcile failed; retrying in 2 s");
             Requeue::requeue(Duration::from_secs(2))
         }
     }

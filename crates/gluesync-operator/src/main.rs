@@ -174,6 +174,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("finding a Kubernetes configuration")?;
+    gluesync_operator::cluster::wording::set_server(&config.cluster_url);
     let namespace = args
         .namespace
         .clone()

@@ -2,6 +2,7 @@
 //! and the Conductor API, started together and stopped in order (the controller, then the Core Hub calls
 //! in hand, then the Lease is released).
 
+use crate::cluster::wording::Said;
 use std::{
     collections::HashSet,
     sync::{Arc, atomic::Ordering},
@@ -209,7 +210,7 @@ pub async fn run(
             if let Err(e) = served {
                 // Not ready: the Core Hub UI could not reach GKO through this pod.
                 metrics.conductor_down.store(true, Ordering::Relaxed);
-                tracing::error!(error = %e, %addr, "the Conductor API cannot serve; /readyz fails");
+                tracing::error!(error = %Said(&e), %addr, "the Conductor API cannot serve; /readyz fails");
             }
         });
     }
@@ -325,7 +326,7 @@ pub async fn run(
             if let Err(e) = result {
                 match e {
                     kube::runtime::controller::Error::ReconcilerFailed(..) => {}
-                    other => warn!(error = %other, "controller"),
+                    other => warn!(error = %Said(&other), "controller"),
                 }
             }
         });

@@ -17,6 +17,7 @@ use anyhow::{Context as _, anyhow, bail};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use futures::StreamExt;
 use gluesync_operator::api::{CHECK_NOW_ANNOTATION, GluesyncPlatform, UpdatePolicy, UpdateResult};
+use gluesync_operator::cluster::wording::{self, Said};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Event;
 use kube::{
@@ -117,8 +118,11 @@ async fn main() -> ExitCode {
         Err(e) => {
             if e.downcast_ref::<Refused>().is_some() {
                 eprintln!("{e}");
+            } else if e.downcast_ref::<kube::Error>().is_some() {
+                // The API server's answer or the connection's failure, as kubectl says them.
+                eprintln!("{}", Said(e.as_ref()));
             } else {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", Said(e.as_ref()));
             }
             ExitCode::from(1)
         }
@@ -137,6 +141,7 @@ async fn client(cli: &Cli) -> anyhow::Result<(Client, String)> {
             .context("no kubeconfig, and not in a cluster")?,
         Err(e) => return Err(e).context("reading the kubeconfig"),
     };
+    wording::set_server(&config.cluster_url);
     let namespace = cli
         .namespace
         .clone()
@@ -485,7 +490,7 @@ async fn follow(
                     current = p;
                     show(&current, &live(client, namespace, &current).await)?;
                 }
-                Some(Err(e)) => eprintln!("\nwatch: {e} (retrying)"),
+                Some(Err(e)) => eprintln!("\nwatch: {} (retrying)", Said(e.as_ref())),
                 None => break,
             },
             // The clocks of the line (step time, deadline) move on between changes: the same object,
@@ -540,7 +545,7 @@ async fn wait_for_end(
                 return Ok(ExitCode::from(2));
             }
             Some(Some(Ok(p))) => current = p,
-            Some(Some(Err(e))) => eprintln!("watch: {e} (retrying)"),
+            Some(Some(Err(e))) => eprintln!("watch: {} (retrying)", Said(e.as_ref())),
             Some(None) => bail!("the watch of the GluesyncPlatform ended"),
         }
     }
@@ -585,14 +590,7 @@ async fn events(
         .list(&ListParams::default().fields(&fields))
         .await?
         .items;
-    let when = |e: &Event| {
-        e.last_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .or(e.event_time.as_ref().map(|t| t.0))
-            .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
-    };
-    list.sort_by_key(|e| when(e));
+    list.sort_by_key(last_seen);
     if output != Output::Text {
         return print(output, &serde_json::to_value(&list)?);
     }
@@ -600,12 +598,12 @@ async fn events(
         .iter()
         .map(|e| {
             [
-                when(e).map_or("-".into(), |t| {
+                last_seen(e).map_or("-".into(), |t| {
                     t.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
                 }),
                 e.type_.clone().unwrap_or_else(|| "-".into()),
                 e.reason.clone().unwrap_or_else(|| "-".into()),
-                e.count.unwrap_or(1).to_string(),
+                occurrences(e).to_string(),
                 e.message.clone().unwrap_or_default(),
             ]
         })
@@ -615,4 +613,27 @@ async fn events(
         screen::table(["LAST SEEN", "TYPE", "REASON", "COUNT", "MESSAGE"], &rows)
     );
     Ok(())
+}
+
+/// When an event last happened, as `kubectl events` reads it: the last of its series (events.k8s.io/v1,
+/// as GKO records them: a repeat updates `series` and leaves the first time alone), else its last
+/// timestamp (core/v1 recorders), its time, its creation.
+fn last_seen(e: &Event) -> Option<jiff::Timestamp> {
+    e.series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref())
+        .map(|t| t.0)
+        .or(e.last_timestamp.as_ref().map(|t| t.0))
+        .or(e.event_time.as_ref().map(|t| t.0))
+        .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// How many times an event happened: its series' count, else its count, else once.
+fn occurrences(e: &Event) -> i32 {
+    e.series
+        .as_ref()
+        .and_then(|s| s.count)
+        .or(e.count)
+        .unwrap_or(1)
+        .max(1)
 }

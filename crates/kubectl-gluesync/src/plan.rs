@@ -171,8 +171,9 @@ async fn pipelines(
     match tokio::time::timeout(CALL_TIMEOUT, hub.pipelines()).await {
         Ok(Ok(list)) => Ok(Arc::new(list)),
         Ok(Err(e)) => Err(format!(
-            "Core Hub at {} could not be listed: {e}",
-            target.url
+            "Core Hub at {} could not be listed: {}",
+            target.url,
+            gluesync_operator::cluster::wording::Said(&e)
         )),
         Err(_) => Err(format!(
             "Core Hub at {} did not answer within {} s",

@@ -520,6 +520,196 @@ async fn in_a_terminal_status_w_redraws_one_line() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs the plugin in the test's namespace with the kubeconfig at `kubeconfig`.
+fn plugin_with(
+    ns: &TestNamespace,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-gluesync"))
+        .args(["-n", &ns.name])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("the plugin runs")
+}
+
+/// A copy of the control plane's kubeconfig, written to a file of the test's own: every user signs in
+/// with `token` when one is given, and every cluster's server is `server` when one is given.
+fn kubeconfig_of(
+    ns: &TestNamespace,
+    file: &str,
+    token: Option<&str>,
+    server: Option<&str>,
+) -> anyhow::Result<std::path::PathBuf> {
+    let mut config = kube::config::Kubeconfig::read_from(&ns.cp.kubeconfig)?;
+    let dir = ns
+        .cp
+        .kubeconfig
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    for named in &mut config.clusters {
+        if let Some(cluster) = named.cluster.as_mut() {
+            // Paths relative to the original's folder still point at its files.
+            if let Some(ca) = cluster.certificate_authority.as_mut() {
+                *ca = dir.join(&*ca).display().to_string();
+            }
+            if let Some(s) = server {
+                cluster.server = Some(s.to_string());
+            }
+        }
+    }
+    if let Some(t) = token {
+        for named in &mut config.auth_infos {
+            named.auth_info = Some(kube::config::AuthInfo {
+                token: Some(t.to_string().into()),
+                ..Default::default()
+            });
+        }
+    }
+    let path = std::env::temp_dir().join(format!("gko-plugin-{}-{file}.kubeconfig", ns.name));
+    std::fs::write(&path, serde_json::to_vec(&config)?)?;
+    Ok(path)
+}
+
+/// `events` counts a repeated event as many times as it happened and shows when it last did, as
+/// `kubectl events` does: GKO's recorder (events.k8s.io/v1) records a repeat in the event's series and
+/// leaves its first time and count alone. Refusals and an unreachable API server read as kubectl's: one
+/// line, the API server's message once, the right the user lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_count_their_repeats_and_errors_read_as_kubectls() -> anyhow::Result<()> {
+    use kube::{
+        Resource,
+        runtime::events::{Event, EventType, Recorder, Reporter},
+    };
+    let ns = namespace("plugin-words").await?;
+    let sim = simulator().await?;
+    install_with_simulator(&ns, &sim, json!({}))?;
+    let gsp = platforms(&ns).get("gluesync").await?;
+    // Events as GKO records them (cluster/writer.rs): the same recorder, the same reporter.
+    let recorder = Recorder::new(
+        ns.client.clone(),
+        Reporter {
+            controller: "gluesync-operator".into(),
+            instance: None,
+        },
+    );
+    let reference = gsp.object_ref(&());
+    let event = |reason: &str, note: &str| Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: reason.into(),
+        secondary: None,
+    };
+    let paused = event(
+        "PipelinesPaused",
+        "asked 20 running pipelines to enter maintenance mode",
+    );
+    recorder.publish(&paused, &reference).await?;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    recorder
+        .publish(&event("CoreHubPatched", "Core Hub image set"), &reference)
+        .await?;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        recorder.publish(&paused, &reference).await?;
+    }
+    let o = plugin(&ns, &["events"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    let row = |reason: &str| {
+        table
+            .lines()
+            .position(|l| l.contains(reason))
+            .map(|i| (i, table.lines().nth(i).unwrap().to_string()))
+            .unwrap_or_else(|| panic!("{reason} in {table}"))
+    };
+    let (patched_at, patched) = row("CoreHubPatched");
+    let (paused_at, paused_row) = row("PipelinesPaused");
+    let count = |line: &str| line.split_whitespace().nth(5).map(str::to_string);
+    assert_eq!(count(&paused_row).as_deref(), Some("4"), "{table}");
+    assert_eq!(count(&patched).as_deref(), Some("1"), "{table}");
+    // Oldest first by the last time: the repeated event last happened after the one between.
+    assert!(patched_at < paused_at, "{table}");
+    // Its time is the series' last one, ~3 s after its first.
+    let api: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(ns.client.clone(), &ns.name);
+    let recorded = api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("PipelinesPaused"))
+        .expect("the recorded event");
+    let series = recorded.series.expect("a series of repeats");
+    assert_eq!(series.count, 4);
+    let last = series
+        .last_observed_time
+        .0
+        .strftime("%Y-%m-%d %H:%M:%S UTC")
+        .to_string();
+    assert!(paused_row.starts_with(&last), "{last} in {paused_row}");
+    let first = recorded.event_time.expect("a first time").0;
+    assert!(series.last_observed_time.0 > first, "{first} {last}");
+
+    // A user who may read GluesyncPlatforms but not change them: a token of a ServiceAccount bound to a
+    // Role of get, list and watch.
+    ns.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: reader\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: reader\nrules:\n  \
+         - apiGroups: [gluesync.molo17.com]\n    resources: [gluesyncplatforms]\n    verbs: [get, list, watch]\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: reader\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: reader}}\n\
+         subjects: [{{kind: ServiceAccount, name: reader, namespace: {}}}]\n",
+        ns.name
+    ))?;
+    let token = ns.kubectl(&["create", "token", "reader"])?;
+    let reader = kubeconfig_of(&ns, "reader", Some(token.trim()), None)?;
+    let o = plugin_with(&ns, &reader, &["update", "2.3.2.2"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let said = stderr(&o);
+    let user = format!("system:serviceaccount:{}:reader", ns.name);
+    assert_eq!(
+        said.trim_end(),
+        format!(
+            "Error from server (Forbidden): gluesyncplatforms.gluesync.molo17.com \"gluesync\" is forbidden: \
+             User \"{user}\" cannot patch resource \"gluesyncplatforms\" in API group \"gluesync.molo17.com\" \
+             in the namespace \"{ns}\" - ask an administrator for a Role that grants patch on \
+             gluesyncplatforms.gluesync.molo17.com in namespace {ns}",
+            ns = ns.name
+        ),
+        "one line, the message once"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert_eq!(
+        platforms(&ns).get("gluesync").await?.spec.version,
+        "2.3.2.1"
+    );
+    // Its events: it may not list them.
+    let o = plugin_with(&ns, &reader, &["events"]);
+    let said = stderr(&o);
+    assert!(
+        said.starts_with("Error from server (Forbidden): events is forbidden: ")
+            && said.contains("grants list on events in namespace"),
+        "{said}"
+    );
+    // An API server out of reach: named, and why, in few words.
+    let port = gko_test_support::free_addr()?.port();
+    let server = format!("https://127.0.0.1:{port}");
+    let nowhere = kubeconfig_of(&ns, "nowhere", None, Some(&server))?;
+    let o = plugin_with(&ns, &nowhere, &["status"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o).trim_end(),
+        format!("Unable to connect to the server {server}: connection refused")
+    );
+    for file in [reader, nowhere] {
+        std::fs::remove_file(file).ok();
+    }
+    Ok(())
+}
+
 #[test]
 fn completion_scripts_name_the_commands() {
     let o = Command::new(env!("CARGO_BIN_EXE_kubectl-gluesync"))

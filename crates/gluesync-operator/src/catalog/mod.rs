@@ -3,6 +3,7 @@
 
 pub mod poller;
 
+use crate::cluster::wording::Said;
 use std::{
     collections::{BTreeMap, BTreeSet},
     time::Duration,
@@ -31,7 +32,7 @@ pub async fn latest(
             }
             Err(Error::UnknownImage(_)) => {}
             Err(e) => {
-                tracing::warn!(error = %e, image = %name, "version catalog");
+                tracing::warn!(error = %Said(&e), image = %name, "version catalog");
                 return Err(e.to_string());
             }
         }

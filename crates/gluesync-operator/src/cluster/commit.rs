@@ -6,6 +6,7 @@
 //! ([`Action::needs_status`]: a pre-pull pod deleted, GKO's finalizer put on): [`unwritten`] carries out
 //! the actions of a decision that goes unwritten.
 
+use crate::cluster::wording::Said;
 use std::{
     collections::HashMap,
     sync::Mutex,
@@ -209,7 +210,7 @@ async fn remove_stale_lists(
     let refs: Vec<_> = cached.iter().map(|c| c.as_ref()).collect();
     for name in spill::stale(gsp, before, written, &refs) {
         if let Err(e) = view.writer.delete_configmap(&view.namespace, &name).await {
-            warn!(configmap = %name, error = %e, "deleting a ConfigMap no list names failed");
+            warn!(configmap = %name, error = %Said(&e), "deleting a ConfigMap no list names failed");
         }
     }
 }
@@ -287,7 +288,7 @@ fn record(view: &View, gsp: &GluesyncPlatform, warning: bool, reason: &str, mess
         EventType::Normal
     };
     if let Err(e) = view.writer.event(gsp, type_, reason, message) {
-        warn!(error = %e, reason, "recording an event failed");
+        warn!(error = %Said(&e), reason, "recording an event failed");
     }
 }
 
@@ -318,7 +319,7 @@ async fn execute(
                 .set_image(ns, kind, &name, &container, &image)
                 .await
                 .map_err(
-                    |e| warn!(workload = %name, error = %e, "setting the image failed; retrying"),
+                    |e| warn!(workload = %name, error = %Said(&e), "setting the image failed; retrying"),
                 )?;
             view.recent.made(&object, &image);
             wrote(view, kind, &name, generation);
@@ -334,7 +335,7 @@ async fn execute(
             let generation = writer
                 .self_update(ns, &name, &container, image.as_deref(), phase)
                 .await
-                .map_err(|e| warn!(deployment = %name, error = %e, "writing GKO's own Deployment failed; retrying"))?;
+                .map_err(|e| warn!(deployment = %name, error = %Said(&e), "writing GKO's own Deployment failed; retrying"))?;
             wrote(view, WorkloadKind::Deployment, &name, generation);
         }
         Action::PatchWorkload { kind, name, patch } => {
@@ -342,13 +343,13 @@ async fn execute(
             let generation = writer
                 .patch_workload(ns, kind, &name, &patch)
                 .await
-                .map_err(|e| warn!(workload = %name, error = %e, "changing the pod template failed; retrying"))?;
+                .map_err(|e| warn!(workload = %name, error = %Said(&e), "changing the pod template failed; retrying"))?;
             wrote(view, kind, &name, generation);
         }
         Action::ApplyService(service) => {
             info!(service = %service.name_any(), "writing the disaster-recovery Service");
             writer.apply_service(&service).await.map_err(
-                |e| warn!(error = %e, "writing the disaster-recovery Service failed; retrying"),
+                |e| warn!(error = %Said(&e), "writing the disaster-recovery Service failed; retrying"),
             )?;
         }
         Action::RemoveMade(kind, name) => {
@@ -356,13 +357,13 @@ async fn execute(
             writer
                 .remove_made(ns, kind, &name)
                 .await
-                .map_err(|e| warn!(?kind, %name, error = %e, "removing failed; retrying"))?;
+                .map_err(|e| warn!(?kind, %name, error = %Said(&e), "removing failed; retrying"))?;
         }
         Action::DeletePrePull(pod) => {
             info!(%pod, "deleting a pre-pull pod");
             view.recent.forget(&format!("Pod/{pod}"));
             writer.delete_pod(ns, &pod).await.map_err(
-                |e| warn!(%pod, error = %e, "deleting the pre-pull pod failed; retrying"),
+                |e| warn!(%pod, error = %Said(&e), "deleting the pre-pull pod failed; retrying"),
             )?;
         }
         Action::DeletePod(pod) => {
@@ -370,7 +371,7 @@ async fn execute(
             writer
                 .delete_pod(ns, &pod)
                 .await
-                .map_err(|e| warn!(%pod, error = %e, "deleting the pod failed; retrying"))?;
+                .map_err(|e| warn!(%pod, error = %Said(&e), "deleting the pod failed; retrying"))?;
         }
         Action::CreatePod(pod) => {
             let name = pod.name_any();
@@ -389,7 +390,7 @@ async fn execute(
                     return Err(());
                 }
                 Err(e) => {
-                    warn!(pod = %name, error = %e, "creating the pre-pull pod failed; retrying");
+                    warn!(pod = %name, error = %Said(&e), "creating the pre-pull pod failed; retrying");
                     return Err(());
                 }
             }
@@ -397,10 +398,9 @@ async fn execute(
         Action::AddFinalizer | Action::RemoveFinalizer => {
             let on = action == Action::AddFinalizer;
             // The patch answers the platform as written: its resourceVersion for the next write.
-            let mut fresh = writer
-                .set_finalizer(gsp, on)
-                .await
-                .map_err(|e| warn!(error = %e, on, "changing the finalizer failed; retrying"))?;
+            let mut fresh = writer.set_finalizer(gsp, on).await.map_err(
+                |e| warn!(error = %Said(&e), on, "changing the finalizer failed; retrying"),
+            )?;
             info!(on, "finalizer {}", if on { "added" } else { "removed" });
             if let Some(f) = &mut fresh {
                 // Keep the complete lists the engine works on.

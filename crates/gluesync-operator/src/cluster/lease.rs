@@ -41,6 +41,7 @@
 //! is, as a killed process would: leadership lapses at the renew deadline and another replica takes the
 //! Lease once it expires.
 
+use crate::cluster::wording::Said;
 use std::{
     sync::{
         Arc, Mutex, Weak,
@@ -188,7 +189,7 @@ impl Elector {
                 tracing::info!(%identity, lease = LEASE_NAME, "the Lease is not ours: nothing to release")
             }
             Ok(Err(error)) => {
-                tracing::warn!(%identity, %error, "could not release the Lease; it will expire")
+                tracing::warn!(%identity, error = %Said(&error), "could not release the Lease; it will expire")
             }
             Err(_) => tracing::warn!(%identity, "releasing the Lease timed out; it will expire"),
         }
@@ -534,7 +535,7 @@ impl Candidate {
                     tracing::debug!(%identity, "the Lease changed while writing it; retrying");
                 }
                 Ok(Err(error)) => {
-                    tracing::warn!(%identity, %error, "could not acquire or renew the Lease");
+                    tracing::warn!(%identity, error = %Said(&error), "could not acquire or renew the Lease");
                 }
                 Err(_) => {
                     tracing::warn!(%identity, "acquiring or renewing the Lease timed out");

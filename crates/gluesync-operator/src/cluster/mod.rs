@@ -8,5 +8,6 @@ pub mod observe;
 pub mod spill;
 pub mod view;
 pub mod watches;
+pub mod wording;
 pub mod workloads;
 pub mod writer;

@@ -1,6 +1,7 @@
 //! Every write GKO makes to the cluster goes through [`Writer`], and only while this GKO holds the Lease:
 //! a GKO that is not the leader, or lost the Lease, writes nothing.
 
+use crate::cluster::wording::Said;
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::{
@@ -567,7 +568,7 @@ async fn publish_events(
             continue;
         }
         if let Err(e) = recorder.publish(&q.event, &q.reference).await {
-            tracing::warn!(error = %e, reason = %q.event.reason, "recording an event failed");
+            tracing::warn!(error = %Said(&e), reason = %q.event.reason, "recording an event failed");
         }
     }
 }

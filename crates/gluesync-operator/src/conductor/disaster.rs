@@ -12,6 +12,7 @@
 //!
 //! The shared secret is never logged, echoed back, or written anywhere but the Secret.
 
+use crate::cluster::wording::Said;
 use axum::{
     extract::{Request, State},
     http::StatusCode,
@@ -292,7 +293,7 @@ pub(super) async fn put_setup(State(api): State<Api>, req: Request) -> Response 
             .secret(&name)
             .await
             .map_err(|e| {
-                tracing::warn!(error = %e, "reading the disaster-recovery Secret failed");
+                tracing::warn!(error = %Said(&e), "reading the disaster-recovery Secret failed");
                 failure(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Could not read the disaster-recovery Secret",
@@ -336,7 +337,7 @@ pub(super) async fn put_setup(State(api): State<Api>, req: Request) -> Response 
             .write_pair_secret(&api.view.namespace, &name, &gsp.name_any(), &shared_secret)
             .await
             .map_err(|e| {
-                tracing::warn!(error = %e, "writing the disaster-recovery Secret failed");
+                tracing::warn!(error = %Said(&e), "writing the disaster-recovery Secret failed");
                 failure(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Could not write the disaster-recovery Secret",
@@ -410,7 +411,7 @@ async fn write_spec(
             Err(Written::Refused(why)) => Some(why),
         };
         let fresh = api.view.read_platform(&gsp.name_any()).await.map_err(|e| {
-            tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
+            tracing::warn!(error = %Said(&e), "reading the GluesyncPlatform again failed");
             unavailable()
         })?;
         if let Some(why) = refused
@@ -484,7 +485,7 @@ async fn write_spec_once(
             // reading the platform again.
             kube::Error::Api(s) if s.code == 422 => Written::Refused(s.message),
             e => {
-                tracing::warn!(error = %e, "writing spec.disasterRecovery failed");
+                tracing::warn!(error = %Said(&e), "writing spec.disasterRecovery failed");
                 Written::Answer(unavailable())
             }
         })

@@ -13,6 +13,7 @@ pub mod harness;
 mod identities;
 mod openapi;
 
+use crate::cluster::wording::Said;
 use std::{
     net::SocketAddr,
     sync::Arc,
@@ -929,7 +930,7 @@ async fn accept_update(
                 .read_platform(&kube::ResourceExt::name_any(&gsp))
                 .await
                 .map_err(|e| {
-                    tracing::warn!(error = %e, "reading the GluesyncPlatform again failed");
+                    tracing::warn!(error = %Said(&e), "reading the GluesyncPlatform again failed");
                     failure(
                         StatusCode::SERVICE_UNAVAILABLE,
                         "Failed to do containers action",
@@ -965,7 +966,7 @@ async fn accept_update(
                 continue;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "writing an update request failed");
+                tracing::warn!(error = %Said(&e), "writing an update request failed");
                 return Err(failure(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "Failed to do containers action",
@@ -1486,7 +1487,7 @@ pub async fn serve(
                         seen = now;
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "reloading the Conductor API's certificate failed; keeping the old one")
+                        tracing::warn!(error = %Said(&e), "reloading the Conductor API's certificate failed; keeping the old one")
                     }
                 }
             }

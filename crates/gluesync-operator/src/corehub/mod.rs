@@ -6,6 +6,7 @@
 pub mod connect;
 pub mod worker;
 
+use crate::cluster::wording::Said;
 use std::{sync::Arc, time::Duration};
 
 use serde::Deserialize;
@@ -183,7 +184,7 @@ impl CoreHub {
         };
         once.retry(backoff)
             .sleep(tokio::time::sleep)
-            .notify(|e, after| tracing::debug!(what, error = %e, ?after, "Core Hub call failed; retrying"))
+            .notify(|e, after| tracing::debug!(what, error = %Said(e), ?after, "Core Hub call failed; retrying"))
             .await
     }
 

@@ -29,7 +29,7 @@ async fn an_update_asked_for_after_kube_apiserver_restarts_runs() -> anyhow::Res
     restart_control_plane(ns.cp, "kube-apiserver").await?;
     // The fault landed: GKO's watches were cut.
     gko_test_support::eventually("GKO's watches to fail", Duration::from_secs(30), || async {
-        Ok(gko.said("client error (Connect)").then_some(()))
+        Ok(gko.said("Unable to connect to the server").then_some(()))
     })
     .await?;
     patch_spec(&ns, json!({"version": "2.3.2.2"})).await?;
@@ -54,7 +54,7 @@ async fn sigterm_stops_a_gko_whose_caches_never_filled() -> anyhow::Result<()> {
     )?;
     // The fault landed: GKO's lists cannot reach the API server.
     gko_test_support::eventually("GKO's lists to fail", Duration::from_secs(30), || async {
-        Ok(gko.said("client error (Connect)").then_some(()))
+        Ok(gko.said("Unable to connect to the server").then_some(()))
     })
     .await?;
     assert!(
