@@ -539,6 +539,10 @@ pub struct UpdateStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub approval_id: Option<String>,
+    /// When GKO read the approval (the annotation carrying `approvalID`): the event `UpdateApproved` is
+    /// recorded then, even when the update goes on to wait for a maintenance window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<Time>,
     /// The steps that ended, in the order they ran, with how long each took.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepTime>,

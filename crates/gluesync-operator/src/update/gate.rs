@@ -31,19 +31,36 @@ fn need(gsp: &GluesyncPlatform, core_hub_changes: bool) -> i64 {
         .map_or(0, |(_, paused, _)| paused)
 }
 
+/// The time `t` in each zone of the windows other than UTC (in the order the windows name them), after the
+/// UTC one: ` (Sat 22:00 Europe/Rome)`, ` (Sat 22:00 Europe/Rome, Sat 16:00 America/New_York)`; empty when
+/// every window is in UTC.
 fn local(t: Timestamp, windows: &[MaintenanceWindow]) -> String {
-    match windows
-        .first()
-        .and_then(|w| TimeZone::get(&w.time_zone).ok())
-    {
-        Some(tz)
-            if windows.iter().all(|w| w.time_zone == windows[0].time_zone)
-                && windows[0].time_zone != "UTC" =>
-        {
-            let z: Zoned = t.to_zoned(tz);
-            format!(" ({} {})", z.strftime("%a %H:%M"), windows[0].time_zone)
+    let mut zones: Vec<&str> = Vec::new();
+    for w in windows {
+        if w.time_zone != "UTC" && !zones.contains(&w.time_zone.as_str()) {
+            zones.push(&w.time_zone);
         }
-        _ => String::new(),
+    }
+    let said: Vec<String> = zones
+        .into_iter()
+        .filter_map(|zone| {
+            let z: Zoned = t.to_zoned(TimeZone::get(zone).ok()?);
+            Some(format!("{} {zone}", z.strftime("%a %H:%M")))
+        })
+        .collect();
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", said.join(", "))
+    }
+}
+
+/// `n` minutes, in words: `1 minute`, `90 minutes`.
+fn minutes(n: i64) -> String {
+    if n == 1 {
+        "1 minute".into()
+    } else {
+        format!("{n} minutes")
     }
 }
 
@@ -217,8 +234,9 @@ pub(super) fn after_snapshot(
 fn approval_message(gsp: &GluesyncPlatform, id: &str) -> String {
     format!(
         "waiting for approval of the update to {} (nothing is paused or changed): `kubectl gluesync \
-         approve`, or the annotation {APPROVE_ANNOTATION}={id}; refused after {} minutes",
-        gsp.spec.version, gsp.spec.approval_timeout_minutes
+         approve`, or the annotation {APPROVE_ANNOTATION}={id}; refused after {}",
+        gsp.spec.version,
+        minutes(gsp.spec.approval_timeout_minutes)
     )
 }
 
@@ -273,8 +291,8 @@ pub(super) fn waiting(
         let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
         if super::passed(&deadline, now) {
             let why = format!(
-                "not approved within {} minutes (approval: manual); nothing was paused or changed",
-                gsp.spec.approval_timeout_minutes
+                "not approved within {} (approval: manual); nothing was paused or changed",
+                minutes(gsp.spec.approval_timeout_minutes)
             );
             settle_outcome(u, UpdateResult::Refused, why.clone());
             d.status.message = Some(why);
@@ -285,22 +303,26 @@ pub(super) fn waiting(
         d.requeue_at(&deadline, now);
         return;
     }
+    // Approved: said once, when GKO reads the approval, whether a window is open or not.
+    if let Some(id) = &u.approval_id
+        && u.approved_at.is_none()
+    {
+        u.approved_at = Some(now.clone());
+        d.event(
+            false,
+            Reason::UpdateApproved,
+            format!(
+                "the update to {} was approved ({APPROVE_ANNOTATION}={id})",
+                gsp.spec.version
+            ),
+        );
+    }
     let windows = &gsp.spec.maintenance_windows;
     let wait = (!windows.is_empty())
         .then(|| fit(windows, now.0, need(gsp, core_hub_changes)))
         .filter(|w| !matches!(w, Ok(t) if *t <= now.0))
         .filter(|_| !super::mutated(super::Mutant::IgnoreGate));
     let Some(wait) = wait else {
-        if let Some(id) = &u.approval_id {
-            d.event(
-                false,
-                Reason::UpdateApproved,
-                format!(
-                    "the update to {} was approved ({APPROVE_ANNOTATION}={id})",
-                    gsp.spec.version
-                ),
-            );
-        }
         d.status.next_window = None;
         d.status.message = Some(match next {
             UpdateStep::Drain => "putting running pipelines into maintenance mode".into(),

@@ -539,6 +539,7 @@ fn fresh(gsp: &GluesyncPlatform, obs: &Observed, brought_request: bool) -> Updat
             brought_request,
             &obs.now,
         ),
+        approved_at: None,
         steps: vec![],
         resumed_pipelines: crate::api::PipelineList::new(),
         pre_pulls: vec![],

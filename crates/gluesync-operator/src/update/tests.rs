@@ -2398,7 +2398,7 @@ fn an_approval_that_does_not_come_refuses_the_update_with_nothing_changed() {
     let a = s.last_attempt.as_ref().unwrap();
     assert_eq!(a.result, UpdateResult::Refused);
     assert!(
-        a.message.contains("not approved within 1 minutes"),
+        a.message.contains("not approved within 1 minute ("),
         "{}",
         a.message
     );
@@ -2693,11 +2693,50 @@ fn approved_outside_the_window_the_update_waits_for_it_in_waiting() {
     );
     assert_eq!(status(&g).next_window, Some(at(3600)));
     assert!(reasons(&d.events).contains(&"WaitingForMaintenanceWindow"));
+    // The approval is said when GKO reads it, not when the window opens; and once.
+    let approved: Vec<_> = d
+        .events
+        .iter()
+        .filter(|e| e.reason.as_str() == "UpdateApproved")
+        .collect();
+    assert!(
+        approved.len() == 1 && approved[0].message.contains(&id),
+        "{:?}",
+        d.events
+    );
+    assert_eq!(update(&g).approved_at, Some(at(10)));
     // The approval's deadline no longer counts once approved.
-    world.step(&mut g, 3000);
+    let d = world.step(&mut g, 3000);
+    assert!(
+        !reasons(&d.events).contains(&"UpdateApproved"),
+        "{:?}",
+        d.events
+    );
     assert_eq!(update(&g).step.name(), Waiting);
-    world.until(&mut g, 3600, Drain);
+    let events = world.until(&mut g, 3600, Drain);
+    assert!(!reasons(&events).contains(&"UpdateApproved"), "{events:?}");
+    assert_eq!(update(&g).approved_at, Some(at(10)));
     assert!(status(&g).next_window.is_none());
+}
+
+#[test]
+fn minutes_are_counted_in_words() {
+    // One minute to approve: said so while waiting, and in the refusal.
+    let mut g = platform(serde_json::json!({
+        "version": "2.3.2.2", "approval": "manual", "approvalTimeoutMinutes": 1,
+    }));
+    let mut world = World::new(Some(catalog()), Hub::new(&["a"], &[]));
+    world.until(&mut g, 0, Waiting);
+    let m = status(&g).message.clone().unwrap();
+    assert!(m.ends_with("refused after 1 minute"), "{m}");
+    world.until(&mut g, 61, Finish);
+    world.step(&mut g, 61);
+    let a = status(&g).last_attempt.clone().unwrap();
+    assert!(
+        a.message.contains("not approved within 1 minute ("),
+        "{}",
+        a.message
+    );
 }
 
 /// Core Hub on node n1 and the agent on n2: the pre-pull has something to pull on each.
@@ -3976,14 +4015,17 @@ fn a_window_wait_says_the_start_in_the_windows_own_time_zone() {
             && !utc.contains("(Fri"),
         "no second time for UTC: {utc}"
     );
-    // Windows in two zones: no one local time says it.
+    // Windows in two zones (and one in UTC): the time in each zone, in the order the windows name them.
     let two = message(serde_json::json!([
         {"start": "10:00", "durationMinutes": 60, "timeZone": "Europe/Rome"},
+        {"start": "09:00", "durationMinutes": 60, "timeZone": "UTC"},
         {"start": "04:00", "durationMinutes": 60, "timeZone": "America/New_York"}
     ]));
     assert!(
-        two.contains("waits for the maintenance window at 2027-01-15 09:00 UTC")
-            && !two.contains("(Fri"),
+        two.contains(
+            "waits for the maintenance window at 2027-01-15 09:00 UTC \
+             (Fri 10:00 Europe/Rome, Fri 04:00 America/New_York)"
+        ),
         "{two}"
     );
 }
