@@ -194,7 +194,7 @@ async fn an_update_nobody_approves_ends_refused_with_nothing_changed() -> anyhow
     let a = s.last_attempt.as_ref().unwrap();
     assert_eq!(a.result, UpdateResult::Refused);
     assert!(
-        a.message.contains("not approved within 1 minutes"),
+        a.message.contains("not approved within 1 minute ("),
         "{}",
         a.message
     );
