@@ -25,7 +25,7 @@ chaos:
 ## Model-check the update deeper than the test suite does (GKO_MODEL_STATES distinct states, default 2,000,000).
 model-check:
 	GKO_MODEL_STATES=$${GKO_MODEL_STATES:-2000000} GKO_MODEL_CRASHES=$${GKO_MODEL_CRASHES:-3} \
-	  cargo test --profile mutants -p gluesync-operator --lib update::model -- --include-ignored --nocapture
+	  cargo test --profile mutants -p gluesync-engine --lib update::model -- --include-ignored --nocapture
 
 ## Mutation testing of the update engine (cargo-mutants; hours for every file: FILES=<paths> for some).
 mutants:

@@ -39,7 +39,7 @@ threads=${GKO_TEST_THREADS:-8}
 
 # The tests that need no cluster: every crate's own unit tests, the krew manifest, and the Argo CD health
 # check (run by a real Lua).
-unit_filter='kind(lib) | kind(bin) | binary(manifest) | (binary_id(gluesync-operator::cluster) & test(/^argocd_health::/))'
+unit_filter='kind(lib) | kind(bin) | binary(manifest) | binary(dependencies) | (binary_id(gluesync-operator::cluster) & test(/^argocd_health::/))'
 
 if [ "$unit" = 1 ]; then
   cargo nextest run --workspace --locked --no-fail-fast -E "$unit_filter" "$@"
@@ -54,7 +54,7 @@ mark controlplane
 # GKO's chart (tests read it, none writes it while others run).
 cargo test --workspace --locked --no-run -q
 if [ $# -eq 0 ]; then
-  cargo test --profile mutants --locked -p gluesync-operator --lib --no-run -q
+  cargo test --profile mutants --locked -p gluesync-engine --lib --no-run -q
 fi
 hack/previous-release.sh >/dev/null
 helm_bin="$(hack/controlplane.sh bin)/helm"
@@ -70,7 +70,7 @@ mark tests
 # The model check of the update, to its full bound: optimised (profile `mutants`), its runs on every core,
 # under two minutes on 2.
 if [ $# -eq 0 ]; then
-  cargo test --profile mutants --locked -p gluesync-operator --lib update::model -- --ignored --nocapture 2>&1 \
+  cargo test --profile mutants --locked -p gluesync-engine --lib update::model -- --ignored --nocapture 2>&1 \
     | tee -a "$log" || status=$?
   mark model-check
 fi

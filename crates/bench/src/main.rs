@@ -48,7 +48,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use gko_test_support::TestNamespace;
-use gluesync_operator::api::{
+use gluesync_engine::api::{
     CHECK_NOW_ANNOTATION, FIELD_MANAGER, GluesyncPlatform, Phase, UpdateResult, UpdateStep,
 };
 use gluesync_simulator::{CatalogEntry, Options, Simulator};
@@ -759,9 +759,9 @@ async fn rollout_without_gko(ns: &TestNamespace, image: &str) -> anyhow::Result<
 fn rolled_out(s: &StatefulSet, image: &str) -> bool {
     let mut s = s.clone();
     s.labels_mut()
-        .entry(gluesync_operator::api::TYPE_LABEL.into())
+        .entry(gluesync_engine::api::TYPE_LABEL.into())
         .or_insert_with(|| "core-hub".into());
-    gluesync_operator::update::observed::Workload::from_statefulset(&s)
+    gluesync_engine::update::observed::Workload::from_statefulset(&s)
         .is_some_and(|w| w.ready && w.image == image)
 }
 

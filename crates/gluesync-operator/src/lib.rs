@@ -1,7 +1,6 @@
 //! GKO, the Gluesync Kubernetes Operator: keeps a Gluesync install on Kubernetes at the Core Hub version
 //! its `GluesyncPlatform` asks for, and reports what runs.
 
-pub mod api;
 pub mod background;
 pub mod catalog;
 pub mod cluster;
@@ -11,7 +10,9 @@ pub mod corehub;
 pub mod http;
 pub mod metrics;
 pub mod operator;
-pub mod update;
+
+// The engine, under the names the operator has always used for it.
+pub use gluesync_engine::{api, update};
 
 /// The CustomResourceDefinition of `GluesyncPlatform`, as installed: the one the types generate, with
 /// - `status` defaulting to `{observedGeneration: 0}`, so that a resource GKO has not reported on yet reads

@@ -24,7 +24,6 @@ use tracing::{info, warn};
 use crate::{
     api::{GluesyncPlatform, TYPE_LABEL},
     background::Tasks,
-    cluster,
     cluster::lease::{self, Leadership},
     cluster::view::View,
     cluster::watches::{self, PodSelector, cached},
@@ -248,7 +247,7 @@ pub async fn run(
     let (for_sts, for_deploy) = (every_platform.clone(), every_platform.clone());
     let managed = view.clone();
     let for_pods = move |pod: Pod| {
-        let owned = cluster::workloads::owner_of(&pod).is_some_and(|(_, name)| {
+        let owned = crate::update::workloads::owner_of(&pod).is_some_and(|(_, name)| {
             managed
                 .statefulsets
                 .state()

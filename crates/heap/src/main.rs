@@ -27,15 +27,14 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use gluesync_operator::{
+use gluesync_engine::{
     api::{GluesyncPlatform, UpdateStep},
-    cluster::spill,
-    corehub::parse_pipelines,
     update::{
         Catalog,
         fixtures::{Hub, World, at, platform},
     },
 };
+use gluesync_operator::{cluster::spill, corehub::parse_pipelines};
 
 /// The allocator: the system's, counting.
 struct Counting;
@@ -237,7 +236,7 @@ fn update() -> anyhow::Result<(Figures, Figures, Figures, GluesyncPlatform)> {
         .and_then(|s| s.last_attempt.as_ref())
         .map(|a| (a.result, a.resumed_pipelines.len()));
     match outcome {
-        Some((gluesync_operator::api::UpdateResult::Succeeded, n)) if n == PIPELINES => {}
+        Some((gluesync_engine::api::UpdateResult::Succeeded, n)) if n == PIPELINES => {}
         other => bail!("the update did not succeed with every pipeline resumed: {other:?}"),
     }
     Ok((

@@ -16,7 +16,7 @@ use std::{
 use anyhow::{Context as _, anyhow, bail};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use futures::StreamExt;
-use gluesync_operator::api::{CHECK_NOW_ANNOTATION, GluesyncPlatform, UpdatePolicy, UpdateResult};
+use gluesync_engine::api::{CHECK_NOW_ANNOTATION, GluesyncPlatform, UpdatePolicy, UpdateResult};
 use gluesync_operator::cluster::wording::{self, Said};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Event;
@@ -345,7 +345,7 @@ async fn update(
 /// Writes the approve annotation with the waiting update's approvalID, only when the resource has not
 /// changed since it was read (a new spec makes a new plan, which needs its own look).
 async fn approve(api: &Api<GluesyncPlatform>, gsp: &GluesyncPlatform) -> anyhow::Result<()> {
-    use gluesync_operator::api::{APPROVE_ANNOTATION, Approval, UpdateStep};
+    use gluesync_engine::api::{APPROVE_ANNOTATION, Approval, UpdateStep};
     let name = gsp.name_any();
     let update = gsp.status.as_ref().and_then(|s| s.update.as_ref());
     let id = match update {
@@ -403,7 +403,7 @@ fn settled(gsp: &GluesyncPlatform) -> bool {
 /// The replicas of the workloads the update rolls now, read from their controllers (none when nothing
 /// rolls, or when they cannot be read: the screen then says what the status says).
 async fn live(client: &Client, namespace: &str, gsp: &GluesyncPlatform) -> screen::Live {
-    use gluesync_operator::api::WorkloadKind;
+    use gluesync_engine::api::WorkloadKind;
     use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
     let mut out = screen::Live::new();
     let Some(u) = gsp.status.as_ref().and_then(|s| s.update.as_ref()) else {

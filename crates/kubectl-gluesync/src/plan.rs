@@ -1,12 +1,12 @@
 //! `kubectl gluesync plan [VERSION]`: what an update to VERSION would do, decided by GKO's own engine
-//! (`gluesync_operator::update::preview`) on the live objects, changing nothing. This module reads what
+//! (`gluesync_engine::update::preview`) on the live objects, changing nothing. This module reads what
 //! the engine reads (the labelled workloads and their pods, GKO's settings from its Deployment, Core Hub's
 //! pipelines with those settings, the version catalog's answer) and says what the preview found.
 
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use gluesync_operator::{
+use gluesync_engine::{
     api::{ComponentType, GluesyncPlatform, TYPE_LABEL, UpdatePolicy, UpdateStep},
     update::{
         Observed,
@@ -195,7 +195,7 @@ async fn latest(
     if !gsp.spec.catalog.offline
         && let Some(w) = core_hub
     {
-        let check = gluesync_operator::update::catalog::check(
+        let check = gluesync_engine::update::catalog::check(
             gsp,
             std::slice::from_ref(w),
             String::new(),
@@ -324,7 +324,7 @@ fn pauses(plan: &Plan) -> bool {
 }
 
 /// The platform's past updates.
-fn history(gsp: &GluesyncPlatform) -> &[gluesync_operator::api::HistoryEntry] {
+fn history(gsp: &GluesyncPlatform) -> &[gluesync_engine::api::HistoryEntry] {
     gsp.status
         .as_ref()
         .map(|s| s.history.as_slice())

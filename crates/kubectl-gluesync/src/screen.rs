@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use gluesync_operator::api::{
+use gluesync_engine::api::{
     ComponentState, GluesyncPlatform, GluesyncPlatformStatus, HistoryEntry, PipelineList,
     UpdateStatus, UpdateStep,
 };
-use gluesync_operator::update::gate;
+use gluesync_engine::update::gate;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -55,7 +55,7 @@ pub struct Optional {
 }
 
 impl Optional {
-    pub fn of(gsp: &gluesync_operator::api::GluesyncPlatform) -> Optional {
+    pub fn of(gsp: &gluesync_engine::api::GluesyncPlatform) -> Optional {
         Optional {
             gated: gate::gated(gsp),
             pre_pull: gsp.spec.pre_pull.enabled,
@@ -129,8 +129,8 @@ fn typical_seconds(history: &[HistoryEntry]) -> Option<i64> {
     )
 }
 
-use gluesync_operator::update::estimate::{median, steps_from};
-pub use gluesync_operator::update::estimate::{step_medians, update_seconds as estimate_update};
+use gluesync_engine::update::estimate::{median, steps_from};
+pub use gluesync_engine::update::estimate::{step_medians, update_seconds as estimate_update};
 
 /// How the end of the running update is estimated.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -181,7 +181,7 @@ pub struct Replicas {
 pub type Live = BTreeMap<String, Replicas>;
 
 /// Is this component rolling now (a new image written, or an old one put back, and not yet stable)?
-pub fn is_rolling(c: &gluesync_operator::api::PlannedComponent) -> bool {
+pub fn is_rolling(c: &gluesync_engine::api::PlannedComponent) -> bool {
     matches!(
         c.state,
         ComponentState::Patched | ComponentState::RollingBack
@@ -335,7 +335,7 @@ pub fn blockers(gsp: &GluesyncPlatform) -> Vec<String> {
             "the update waits for its approval: `kubectl gluesync approve` (approvalID {id})"
         ));
     }
-    if gsp.spec.update_policy == gluesync_operator::api::UpdatePolicy::Gitops {
+    if gsp.spec.update_policy == gluesync_engine::api::UpdatePolicy::Gitops {
         out.push(
             "updatePolicy gitops: Git owns spec.version (the Core Hub UI and `update` are refused)"
                 .into(),
@@ -418,7 +418,7 @@ pub fn screen(gsp: &GluesyncPlatform, now: Timestamp, live: &Live) -> String {
         if let Some(id) = u.approval_id.as_ref().filter(|_| !gate::approved(gsp, u)) {
             s.push_str(&format!(
                 "Approval:   waiting (nothing paused or changed): `kubectl gluesync approve` writes {}={id}\n",
-                gluesync_operator::api::APPROVE_ANNOTATION
+                gluesync_engine::api::APPROVE_ANNOTATION
             ));
         }
         match estimate_end(gsp, now) {

@@ -9,5 +9,4 @@ pub mod spill;
 pub mod view;
 pub mod watches;
 pub mod wording;
-pub mod workloads;
 pub mod writer;

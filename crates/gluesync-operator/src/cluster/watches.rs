@@ -181,7 +181,7 @@ pub fn keep_pod(pod: &mut Pod) {
             let kept: BTreeMap<String, String> = l
                 .into_iter()
                 .filter(|(k, _)| {
-                    k == crate::cluster::workloads::POD_TEMPLATE_HASH_LABEL
+                    k == crate::update::workloads::POD_TEMPLATE_HASH_LABEL
                         || k == crate::api::PRE_PULL_LABEL
                 })
                 .collect();
@@ -652,10 +652,10 @@ mod tests {
             Some(("CrashLoopBackOff".into(), "back-off".into()))
         );
         assert_eq!(
-            crate::cluster::workloads::owner_of(&kept),
-            crate::cluster::workloads::owner_of(&full)
+            crate::update::workloads::owner_of(&kept),
+            crate::update::workloads::owner_of(&full)
         );
-        assert!(crate::cluster::workloads::owner_of(&kept).is_some());
+        assert!(crate::update::workloads::owner_of(&kept).is_some());
         // What it no longer holds.
         assert_eq!(kept.metadata.resource_version, None);
         assert_eq!(kept.metadata.managed_fields, None);

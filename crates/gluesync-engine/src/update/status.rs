@@ -313,7 +313,7 @@ pub fn stalled(status: Option<&GluesyncPlatformStatus>) -> Option<(&str, &str)> 
 
 #[cfg(test)]
 mod tests {
-    use kube::api::ObjectMeta;
+    use kube::core::ObjectMeta;
 
     use super::*;
     use crate::api::{GluesyncPlatformSpec, WorkloadKind};

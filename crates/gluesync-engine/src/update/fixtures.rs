@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::ObjectMeta;
+use kube::core::ObjectMeta;
 
 use crate::{
     api::{

@@ -46,16 +46,22 @@ use crate::{
     update::status::{READY, RECONCILING, STALLED},
 };
 
+// The deliberate bugs and the fault point, for the operator's code that has a bug of its own to switch
+// on (the Lease, the pull policy, the Core Hub worker, the Conductor API under GitOps).
 #[cfg(feature = "test-hooks")]
-pub(crate) use mutants::fault_point;
+#[doc(hidden)]
+pub use mutants::fault_point;
 #[cfg(all(not(test), feature = "test-hooks"))]
-pub(crate) use mutants::process_mutant;
-pub(crate) use mutants::{Mutant, mutated};
+#[doc(hidden)]
+pub use mutants::process_mutant;
+#[doc(hidden)]
+pub use mutants::{Mutant, mutated};
 pub mod access;
 pub mod catalog;
 pub mod corehub;
 pub mod observed;
 pub mod status;
+pub mod workloads;
 pub use plan::target_image;
 
 /// How many updates `status.history` keeps.

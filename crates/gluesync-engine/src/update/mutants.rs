@@ -10,7 +10,7 @@ use crate::api::{DisasterRecoveryComponentState, DisasterRecoveryPhase, Gluesync
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(any(test, feature = "test-hooks")), allow(dead_code))]
-pub(crate) enum Mutant {
+pub enum Mutant {
     /// The engine before the ledger: Resume exits only the pipelines it sees in maintenance mode, and
     /// late maintenance requests are not watched for.
     OldResume,
@@ -106,7 +106,7 @@ pub(crate) fn set_mutant(m: Option<Mutant>) {
 /// The deliberate bug `GKO_TEST_MUTANT` names (read once). An unknown name stops the process: a test
 /// that asks for a bug must get it.
 #[cfg(all(not(test), feature = "test-hooks"))]
-pub(crate) fn process_mutant() -> Option<Mutant> {
+pub fn process_mutant() -> Option<Mutant> {
     static MUTANT: std::sync::OnceLock<Option<Mutant>> = std::sync::OnceLock::new();
     *MUTANT.get_or_init(|| {
         let name = std::env::var("GKO_TEST_MUTANT").ok()?;
@@ -138,7 +138,7 @@ pub(crate) fn drop_from_ledger(ledger: &mut crate::api::PipelineList) {
 /// Is this deliberate bug on? Never without the feature `test-hooks`.
 #[allow(unused_variables)]
 #[inline]
-pub(crate) fn mutated(m: Mutant) -> bool {
+pub fn mutated(m: Mutant) -> bool {
     #[cfg(test)]
     {
         MUTANT.with(|c| c.get() == Some(m))
@@ -162,7 +162,7 @@ pub(crate) fn mutated(m: Mutant) -> bool {
 /// write of its own: for it, the first write past it (in the order of the steps; the end of the update
 /// after Finish) is the fault point.
 #[cfg(feature = "test-hooks")]
-pub(crate) fn fault_point(
+pub fn fault_point(
     before: Option<&GluesyncPlatformStatus>,
     after: &GluesyncPlatformStatus,
 ) -> bool {

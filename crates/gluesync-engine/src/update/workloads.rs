@@ -1,8 +1,6 @@
-//! What GKO reads from and writes to the cluster.
-//!
-//! The labelled StatefulSets and Deployments of the namespace become [`Workload`]s, a pure projection
-//! that the rest of GKO works on, each with the pods it owns. Every write goes through the writer, which
-//! the Lease gates.
+//! The cluster's objects as the engine reads them: the labelled StatefulSets and Deployments of the
+//! namespace become [`Workload`]s, a pure projection that the rest of GKO works on, each with the pods it
+//! owns (the operator's watches hand them over; its writer makes the changes the engine decides).
 //!
 //! A workload's pods are found through their owners, not through its label selector: selectors may use
 //! `matchExpressions` and may overlap between workloads, owners do neither. See [`owner_of`].
@@ -275,7 +273,7 @@ mod tests {
         core::v1::{Container, ContainerStatus, PodCondition, PodSpec, PodStatus},
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
-    use kube::api::ObjectMeta;
+    use kube::core::ObjectMeta;
 
     use super::*;
 

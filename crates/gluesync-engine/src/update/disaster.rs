@@ -394,7 +394,7 @@ fn service(
         node_port: node_port.filter(|_| external),
         ..Default::default()
     };
-    let mut meta = kube::api::ObjectMeta {
+    let mut meta = kube::core::ObjectMeta {
         name: Some(service_name(gsp)),
         namespace: gsp.metadata.namespace.clone(),
         labels: Some(
