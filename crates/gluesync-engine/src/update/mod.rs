@@ -145,6 +145,26 @@ impl Action {
     }
 }
 
+/// Actions none of which needs a status written first ([`Action::needs_status`]): what a decision that
+/// goes unwritten may carry out. Only [`Decision::take_status_free`] makes one, so the rule is the type's.
+#[derive(Debug, Default, PartialEq)]
+pub struct StatusFree(Vec<Action>);
+
+impl StatusFree {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl IntoIterator for StatusFree {
+    type Item = Action;
+    type IntoIter = std::vec::IntoIter<Action>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 /// A Kubernetes event to record on the GluesyncPlatform.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {
@@ -178,6 +198,14 @@ impl Decision {
     pub fn passes_through(&self) -> bool {
         self.actions.iter().all(|a| !a.needs_status())
             && self.corehub.as_ref().is_none_or(|w| w.enter.is_empty())
+    }
+
+    /// The actions of a decision that passes through ([`Decision::passes_through`]), taken out of it:
+    /// none needs a status, so the operator may carry them out without writing one. `None`, the actions
+    /// left in place, for a decision that does not pass through.
+    pub fn take_status_free(&mut self) -> Option<StatusFree> {
+        self.passes_through()
+            .then(|| StatusFree(std::mem::take(&mut self.actions)))
     }
 
     fn new(status: GluesyncPlatformStatus) -> Decision {

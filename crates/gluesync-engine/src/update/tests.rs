@@ -3867,6 +3867,18 @@ fn a_decision_passes_through_only_when_it_acts_on_nothing_and_pauses_nothing() {
     d.actions.pop();
     d.actions.push(Action::RemoveFinalizer);
     assert!(!d.passes_through());
+    // Its actions come out only when it passes through, and then all of them.
+    assert_eq!(d.take_status_free(), None);
+    assert_eq!(d.actions.len(), 3, "kept in the decision: {:?}", d.actions);
+    d.actions.pop();
+    let free = d.take_status_free().expect("it passes through");
+    assert!(!free.is_empty());
+    assert_eq!(
+        free.into_iter().collect::<Vec<_>>(),
+        [Action::DeletePrePull("p".into()), Action::AddFinalizer]
+    );
+    assert!(d.actions.is_empty());
+    assert!(d.take_status_free().expect("nothing left").is_empty());
 }
 
 /// The preview plans a new generation of the spec: a version refused at the platform's current

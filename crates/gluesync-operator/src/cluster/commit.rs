@@ -4,7 +4,8 @@
 //! actions ([`Committed::execute`]) and records events. So nothing a decision asks is done before the
 //! status that remembers it is written, but what needs no status to be found again
 //! ([`Action::needs_status`]: a pre-pull pod deleted, GKO's finalizer put on): [`unwritten`] carries out
-//! the actions of a decision that goes unwritten.
+//! those of a decision that goes unwritten, and takes them only as [`StatusFree`], which the engine
+//! makes of such actions alone.
 
 use crate::cluster::wording::Said;
 use std::{
@@ -25,7 +26,7 @@ use crate::{
         writer::{is_conflict, is_not_leader},
     },
     metrics::{ResultLabel, StepLabel},
-    update::{Action, Event, status::stalled},
+    update::{Action, Event, StatusFree, status::stalled},
 };
 
 /// Why a status could not be written.
@@ -84,25 +85,17 @@ impl Committed {
     }
 }
 
-/// Carries out the actions of a decision that goes unwritten (none needs a status: see
-/// [`Action::needs_status`]), in order. `gsp` is the platform in hand (its status the decision's);
-/// answers it as a finalizer change wrote it, with that status, when one did. A failure is logged, and
-/// the next decision asks again (a held decision is decided again within 100 ms); an action that needs
-/// a status is not carried out (logged).
+/// Carries out the actions of a decision that goes unwritten ([`StatusFree`]: none needs a status), in
+/// order. `gsp` is the platform in hand (its status the decision's); answers it as a finalizer change
+/// wrote it, with that status, when one did. A failure is logged, and the next decision asks again (a
+/// held decision is decided again within 100 ms).
 pub async fn unwritten(
     view: &View,
     gsp: &GluesyncPlatform,
-    actions: Vec<Action>,
+    actions: StatusFree,
 ) -> Option<GluesyncPlatform> {
     let mut written: Option<GluesyncPlatform> = None;
     for action in actions {
-        if action.needs_status() {
-            warn!(
-                ?action,
-                "an action that waits for its status write was asked without one; not carried out"
-            );
-            continue;
-        }
         if let Ok(Some(updated)) = execute(view, written.as_ref().unwrap_or(gsp), action).await {
             written = Some(updated);
         }
@@ -123,6 +116,18 @@ pub struct Executed {
 /// have whole seconds only).
 #[derive(Default)]
 pub struct StepClock(Mutex<HashMap<String, (UpdateStep, Instant)>>);
+
+/// What every decision's status is seen by, written or not: the step clock and the platform's metrics.
+pub fn observe(
+    view: &View,
+    clock: &StepClock,
+    gsp: &GluesyncPlatform,
+    status: &GluesyncPlatformStatus,
+) {
+    let uid = gsp.uid().unwrap_or_default();
+    clock.observe(view, &uid, gsp.status.as_ref(), status);
+    view.metrics.platform(gsp, status);
+}
 
 /// Writes `status` into `gsp` unless it already holds it. Long pipeline lists go to ConfigMaps first,
 /// and those of lists the new status no longer names are removed after it.
@@ -150,8 +155,7 @@ pub async fn commit(
     remove_stale_lists(view, &written, gsp.status.as_ref(), &split.status).await;
     lists.remember(&uid, &split.status.spilled_lists, &mut status);
     drop(split);
-    clock.observe(view, &uid, gsp.status.as_ref(), &status);
-    view.metrics.platform(&gsp, &status);
+    observe(view, clock, &gsp, &status);
     info!(
         phase = status.phase.map(|p| p.as_str()).unwrap_or(""),
         step = status

@@ -5,6 +5,7 @@
 pub mod commit;
 pub mod lease;
 pub mod observe;
+pub mod pending;
 pub mod spill;
 pub mod view;
 pub mod watches;

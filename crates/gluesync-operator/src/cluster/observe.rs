@@ -29,7 +29,7 @@ use crate::{
 
 /// A platform as this GKO last wrote it (or read it back).
 #[derive(Clone, Debug)]
-pub struct Written {
+pub struct LastSeen {
     /// Its resourceVersion: a cache that holds it needs no read.
     pub version: String,
     /// Its status had an update: one not cached yet may be all the cache lacks (an update's first
@@ -48,7 +48,7 @@ pub async fn platform(
     view: &View,
     lists: &Known,
     cached: &GluesyncPlatform,
-    written: Option<&Written>,
+    written: Option<&LastSeen>,
     holding: bool,
 ) -> Result<Option<GluesyncPlatform>, kube::Error> {
     let mut gsp = cached.clone();
