@@ -39,7 +39,7 @@ equivalent=".cargo/mutants-equivalent.tsv"
 
 # The engine's files, and what is not the engine (its tests, their fixtures, the model checker and its
 # deliberate bugs, which are the tests).
-engine=(crates/gluesync-engine/src/update/*.rs crates/gluesync-engine/src/api/{mod,spec,status,step,disaster}.rs)
+engine=(crates/gluesync-engine/src/update/*.rs crates/gluesync-engine/src/update/disaster/patch.rs crates/gluesync-engine/src/api/{mod,spec,status,step,disaster}.rs)
 not_engine=(tests.rs fixtures.rs model.rs mutants.rs)
 
 args=()
