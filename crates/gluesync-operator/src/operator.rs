@@ -81,7 +81,8 @@ fn identity(settings: &Settings) -> String {
     })
 }
 
-/// Runs GKO on one namespace until `shutdown` resolves.
+/// Runs GKO on one namespace until `shutdown` resolves: the Lease, the watches and the view they fill,
+/// the background work, the Conductor API, then the controller; stopped in order.
 pub async fn run(
     client: Client,
     settings: Settings,
@@ -100,78 +101,11 @@ pub async fn run(
         }
         None => (Leadership::always(), None),
     };
-
-    let labelled = watcher::Config::default().labels(TYPE_LABEL).any_semantic();
-    let (statefulsets, sts_stream) = cached(
-        Api::<StatefulSet>::namespaced(client.clone(), ns),
-        labelled.clone(),
-        &metrics,
-    );
-    let (deployments, deploy_stream) = cached(
-        Api::<Deployment>::namespaced(client.clone(), ns),
-        labelled,
-        &metrics,
-    );
-    // Only the pods the labelled workloads' selectors match (see `watches`).
-    let pods_wanted = tokio::sync::watch::channel(PodSelector::Nothing).0;
-    let (pods, pod_stream) = watches::pods(
-        Api::<Pod>::namespaced(client.clone(), ns),
-        pods_wanted.subscribe(),
-        &metrics,
-    );
-    let (spilled, spilled_stream) = cached(
-        Api::<ConfigMap>::namespaced(client.clone(), ns),
-        watcher::Config::default()
-            .labels(crate::cluster::spill::LABEL)
-            .any_semantic(),
-        &metrics,
-    );
-    // The pre-pull pods GKO makes before a drain (see `update::prepull`).
-    let (pre_pulls, pre_pull_stream) = cached(
-        Api::<Pod>::namespaced(client.clone(), ns),
-        watcher::Config::default()
-            .labels(crate::api::PRE_PULL_LABEL)
-            .any_semantic(),
-        &metrics,
-    );
-    // One watch of the GluesyncPlatforms feeds the controller and the Conductor API's view; `changed`
-    // moves on each of its events (what the Conductor API waits on).
-    let changed = tokio::sync::watch::channel(0u64).0;
-    let (platforms, gsp_stream) = cached(
-        Api::<DeserializeGuard<GluesyncPlatform>>::namespaced(client.clone(), ns),
-        watcher::Config::default().any_semantic(),
-        &metrics,
-    );
-    let bump = changed.clone();
-    let gsp_stream = gsp_stream.inspect(move |_| bump.send_modify(|n| *n = n.wrapping_add(1)));
+    let (view, streams) = watch(&client, &settings, &metrics, &leadership);
     // Each watch backs off on its own; the controller's pause on any of their errors (30 s at most by
     // default, for every trigger at once) is kept as short.
-    let controller = Controller::for_stream(gsp_stream, platforms.clone())
+    let controller = Controller::for_stream(streams.platforms, view.platforms.clone())
         .trigger_backoff(watches::watch_backoff());
-
-    let view = Arc::new(View {
-        namespace: ns.to_string(),
-        writer: Writer::new(
-            client.clone(),
-            metrics.clone(),
-            settings.instance.clone(),
-            leadership.clone(),
-        ),
-        metrics: metrics.clone(),
-        platforms: platforms.clone(),
-        statefulsets: statefulsets.clone(),
-        deployments: deployments.clone(),
-        pods: pods.clone(),
-        pods_wanted,
-        spilled: spilled.clone(),
-        pre_pulls: pre_pulls.clone(),
-        refused_pods: Default::default(),
-        recent: Default::default(),
-        written: Default::default(),
-        changed,
-        instance: settings.instance.clone(),
-        access: settings.access.clone(),
-    });
 
     // Background work wakes the controller for its platform.
     let (wake, woken) = futures::channel::mpsc::unbounded();
@@ -191,84 +125,15 @@ pub async fn run(
     let catalog = Tasks::new(wake, crate::catalog::poller::run);
     let ctx = Arc::new(Context::new(view.clone(), corehub, catalog));
 
-    let (stop_api, mut api_stopped) = tokio::sync::watch::channel(false);
-    if let Some(addr) = settings.conductor_addr {
-        // Bound before the controller starts: once GKO has written a status, its API accepts connections.
-        let bound = tokio::net::TcpListener::bind(addr).await;
-        let tls = settings.conductor_tls.clone();
-        let api_view = view.clone();
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = api_stopped.wait_for(|s| *s).await;
-            };
-            let metrics = api_view.metrics.clone();
-            let served = match bound {
-                Ok(listener) => crate::conductor::serve(listener, tls, api_view, stopped).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = served {
-                // Not ready: the Core Hub UI could not reach GKO through this pod.
-                metrics.conductor_down.store(true, Ordering::Relaxed);
-                tracing::error!(error = %Said(&e), %addr, "the Conductor API cannot serve; /readyz fails");
-            }
-        });
-    }
-
-    // Ready once every cache has listed the namespace; the Lease has nothing to do with it. (The pod cache
-    // is ready once it listed any selector; the controller also waits for the one of the current
-    // workloads, `View::pods_listed`.)
-    let ready_metrics = metrics.clone();
-    let (s, d, p, c, pp) = (statefulsets, deployments, pods.store, spilled, pre_pulls);
-    tokio::spawn(async move {
-        if s.wait_until_ready().await.is_ok()
-            && d.wait_until_ready().await.is_ok()
-            && p.wait_until_ready().await.is_ok()
-            && c.wait_until_ready().await.is_ok()
-            && pp.wait_until_ready().await.is_ok()
-        {
-            ready_metrics.ready.store(true, Ordering::Relaxed);
-        }
-    });
+    let stop_api = serve_conductor_api(&settings, &view).await;
+    report_ready(&view);
+    report_leadership(&leadership, &metrics);
+    let forget = forget_deleted(&ctx);
 
     // Every platform is reconciled when a workload changes, when a pod a managed workload owns changes,
-    // and when this GKO takes the Lease.
-    let every_platform = {
-        let platforms = platforms.clone();
-        move || {
-            platforms
-                .state()
-                .iter()
-                .map(|g| ObjectRef::from_obj(g.as_ref()))
-                .collect::<Vec<_>>()
-        }
-    };
-    // (A workload's change may change which pods are watched: the reconcile it triggers tells the pod
-    // watch, `View::pods_listed`.)
-    let (for_sts, for_deploy) = (every_platform.clone(), every_platform.clone());
-    let managed = view.clone();
-    let for_pods = move |pod: Pod| {
-        let owned = crate::update::workloads::owner_of(&pod).is_some_and(|(_, name)| {
-            managed
-                .statefulsets
-                .state()
-                .iter()
-                .any(|s| s.name_any() == name)
-                || managed
-                    .deployments
-                    .state()
-                    .iter()
-                    .any(|d| d.name_any() == name)
-        });
-        if owned { every_platform() } else { vec![] }
-    };
-    // `leader`: whether this process holds the Lease, as exactly as `is_leader` says it, every second.
-    let (lead, lead_metrics) = (leadership.clone(), metrics.clone());
-    tokio::spawn(async move {
-        loop {
-            lead_metrics.leader.set(i64::from(lead.is_leader()));
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    });
+    // and when this GKO takes the Lease. (A workload's change may change which pods are watched: the
+    // reconcile it triggers tells the pod watch, `View::pods_listed`.)
+    let (for_sts, for_deploy) = (every_platform(&view), every_platform(&view));
     let acquired = futures::stream::unfold(leadership.subscribe(), |mut taken| async move {
         loop {
             taken.changed().await.ok()?;
@@ -277,45 +142,19 @@ pub async fn run(
             }
         }
     });
-    let cleanup = ctx.clone();
-    let live_platforms = platforms.clone();
-    let forget = tokio::spawn(async move {
-        // Background work of deleted platforms stops.
-        loop {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            let live: HashSet<String> = live_platforms
-                .state()
-                .iter()
-                .filter_map(|g| g.uid())
-                .collect();
-            cleanup.corehub.retain(|uid| live.contains(uid));
-            cleanup.catalog.retain(|uid| live.contains(uid));
-            cleanup.lists.retain(|uid| live.contains(uid));
-            cleanup.retain(|uid| live.contains(uid));
-        }
-    });
-
     info!(
         namespace = ns,
         "watching GluesyncPlatforms, labelled workloads and their pods"
     );
     let running = controller
-        .watches_stream(sts_stream, move |_| for_sts())
-        .watches_stream(deploy_stream, move |_| for_deploy())
-        .watches_stream(pod_stream, for_pods)
-        .watches_stream(pre_pull_stream, move |pod: Pod| {
-            let platform = pod.labels().get(crate::api::PRE_PULL_LABEL).cloned()?;
-            Some(
-                ObjectRef::<DeserializeGuard<GluesyncPlatform>>::new(&platform)
-                    .within(&pod.namespace()?),
-            )
+        .watches_stream(streams.statefulsets, move |_| for_sts())
+        .watches_stream(streams.deployments, move |_| for_deploy())
+        .watches_stream(streams.pods, owned_pods(&view))
+        .watches_stream(streams.pre_pulls, |pod: Pod| {
+            platform_of(&pod, crate::api::PRE_PULL_LABEL)
         })
-        .watches_stream(spilled_stream, move |cm: ConfigMap| {
-            let platform = cm.labels().get(crate::cluster::spill::LABEL).cloned()?;
-            Some(
-                ObjectRef::<DeserializeGuard<GluesyncPlatform>>::new(&platform)
-                    .within(&cm.namespace()?),
-            )
+        .watches_stream(streams.spilled, |cm: ConfigMap| {
+            platform_of(&cm, crate::cluster::spill::LABEL)
         })
         .reconcile_on(woken)
         .reconcile_all_on(acquired)
@@ -353,4 +192,241 @@ pub async fn run(
         elector.release().await;
     }
     info!("controller stopped");
+}
+
+/// The event streams of the watches, for the controller's triggers.
+struct Streams<G, S, D, P, C, R> {
+    platforms: G,
+    statefulsets: S,
+    deployments: D,
+    pods: P,
+    spilled: C,
+    pre_pulls: R,
+}
+
+type Events<K> = Result<K, watcher::Error>;
+
+/// The watches of the namespace and the view their caches make: the GluesyncPlatforms, the labelled
+/// workloads, the pods their selectors match, the spilled lists and the pre-pull pods.
+#[allow(clippy::type_complexity)]
+fn watch(
+    client: &Client,
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+    leadership: &Leadership,
+) -> (
+    Arc<View>,
+    Streams<
+        impl futures::Stream<Item = Events<DeserializeGuard<GluesyncPlatform>>> + Send + use<>,
+        impl futures::Stream<Item = Events<StatefulSet>> + Send + use<>,
+        impl futures::Stream<Item = Events<Deployment>> + Send + use<>,
+        impl futures::Stream<Item = Events<Pod>> + Send + use<>,
+        impl futures::Stream<Item = Events<ConfigMap>> + Send + use<>,
+        impl futures::Stream<Item = Events<Pod>> + Send + use<>,
+    >,
+) {
+    let ns = settings.namespace.as_str();
+    let labelled = watcher::Config::default().labels(TYPE_LABEL).any_semantic();
+    let (statefulsets, sts_stream) = cached(
+        Api::<StatefulSet>::namespaced(client.clone(), ns),
+        labelled.clone(),
+        metrics,
+    );
+    let (deployments, deploy_stream) = cached(
+        Api::<Deployment>::namespaced(client.clone(), ns),
+        labelled,
+        metrics,
+    );
+    // Only the pods the labelled workloads' selectors match (see `watches`).
+    let pods_wanted = tokio::sync::watch::channel(PodSelector::Nothing).0;
+    let (pods, pod_stream) = watches::pods(
+        Api::<Pod>::namespaced(client.clone(), ns),
+        pods_wanted.subscribe(),
+        metrics,
+    );
+    let (spilled, spilled_stream) = cached(
+        Api::<ConfigMap>::namespaced(client.clone(), ns),
+        watcher::Config::default()
+            .labels(crate::cluster::spill::LABEL)
+            .any_semantic(),
+        metrics,
+    );
+    // The pre-pull pods GKO makes before a drain (see `update::prepull`).
+    let (pre_pulls, pre_pull_stream) = cached(
+        Api::<Pod>::namespaced(client.clone(), ns),
+        watcher::Config::default()
+            .labels(crate::api::PRE_PULL_LABEL)
+            .any_semantic(),
+        metrics,
+    );
+    // One watch of the GluesyncPlatforms feeds the controller and the Conductor API's view; `changed`
+    // moves on each of its events (what the Conductor API waits on).
+    let changed = tokio::sync::watch::channel(0u64).0;
+    let (platforms, gsp_stream) = cached(
+        Api::<DeserializeGuard<GluesyncPlatform>>::namespaced(client.clone(), ns),
+        watcher::Config::default().any_semantic(),
+        metrics,
+    );
+    let bump = changed.clone();
+    let gsp_stream = gsp_stream.inspect(move |_| bump.send_modify(|n| *n = n.wrapping_add(1)));
+    let view = Arc::new(View {
+        namespace: ns.to_string(),
+        writer: Writer::new(
+            client.clone(),
+            metrics.clone(),
+            settings.instance.clone(),
+            leadership.clone(),
+        ),
+        metrics: metrics.clone(),
+        platforms,
+        statefulsets,
+        deployments,
+        pods,
+        pods_wanted,
+        spilled,
+        pre_pulls,
+        refused_pods: Default::default(),
+        recent: Default::default(),
+        written: Default::default(),
+        changed,
+        instance: settings.instance.clone(),
+        access: settings.access.clone(),
+    });
+    let streams = Streams {
+        platforms: gsp_stream,
+        statefulsets: sts_stream,
+        deployments: deploy_stream,
+        pods: pod_stream,
+        spilled: spilled_stream,
+        pre_pulls: pre_pull_stream,
+    };
+    (view, streams)
+}
+
+/// Serves the Conductor API when it is asked for, bound before the controller starts (once GKO has
+/// written a status, its API accepts connections); it stops when the answer is sent `true`.
+async fn serve_conductor_api(
+    settings: &Settings,
+    view: &Arc<View>,
+) -> tokio::sync::watch::Sender<bool> {
+    let (stop_api, mut api_stopped) = tokio::sync::watch::channel(false);
+    let Some(addr) = settings.conductor_addr else {
+        return stop_api;
+    };
+    let bound = tokio::net::TcpListener::bind(addr).await;
+    let tls = settings.conductor_tls.clone();
+    let api_view = view.clone();
+    tokio::spawn(async move {
+        let stopped = async move {
+            let _ = api_stopped.wait_for(|s| *s).await;
+        };
+        let metrics = api_view.metrics.clone();
+        let served = match bound {
+            Ok(listener) => crate::conductor::serve(listener, tls, api_view, stopped).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = served {
+            // Not ready: the Core Hub UI could not reach GKO through this pod.
+            metrics.conductor_down.store(true, Ordering::Relaxed);
+            tracing::error!(error = %Said(&e), %addr, "the Conductor API cannot serve; /readyz fails");
+        }
+    });
+    stop_api
+}
+
+/// Ready once every cache has listed the namespace; the Lease has nothing to do with it. (The pod cache
+/// is ready once it listed any selector; the controller also waits for the one of the current
+/// workloads, `View::pods_listed`.)
+fn report_ready(view: &View) {
+    let ready_metrics = view.metrics.clone();
+    let (s, d, p, c, pp) = (
+        view.statefulsets.clone(),
+        view.deployments.clone(),
+        view.pods.store.clone(),
+        view.spilled.clone(),
+        view.pre_pulls.clone(),
+    );
+    tokio::spawn(async move {
+        if s.wait_until_ready().await.is_ok()
+            && d.wait_until_ready().await.is_ok()
+            && p.wait_until_ready().await.is_ok()
+            && c.wait_until_ready().await.is_ok()
+            && pp.wait_until_ready().await.is_ok()
+        {
+            ready_metrics.ready.store(true, Ordering::Relaxed);
+        }
+    });
+}
+
+/// `leader`: whether this process holds the Lease, as exactly as `is_leader` says it, every second.
+fn report_leadership(leadership: &Leadership, metrics: &Arc<Metrics>) {
+    let (lead, lead_metrics) = (leadership.clone(), metrics.clone());
+    tokio::spawn(async move {
+        loop {
+            lead_metrics.leader.set(i64::from(lead.is_leader()));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+}
+
+/// Every 5 s, the background work and what the controller keeps of deleted platforms are let go.
+fn forget_deleted(ctx: &Arc<Context>) -> tokio::task::JoinHandle<()> {
+    let cleanup = ctx.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let live: HashSet<String> = cleanup
+                .view
+                .platforms
+                .state()
+                .iter()
+                .filter_map(|g| g.uid())
+                .collect();
+            cleanup.corehub.retain(|uid| live.contains(uid));
+            cleanup.catalog.retain(|uid| live.contains(uid));
+            cleanup.lists.retain(|uid| live.contains(uid));
+            cleanup.retain(|uid| live.contains(uid));
+        }
+    })
+}
+
+type PlatformRef = ObjectRef<DeserializeGuard<GluesyncPlatform>>;
+
+/// Every platform of the namespace, for a trigger that concerns them all.
+fn every_platform(view: &View) -> impl Fn() -> Vec<PlatformRef> + Clone + use<> {
+    let platforms = view.platforms.clone();
+    move || {
+        platforms
+            .state()
+            .iter()
+            .map(|g| ObjectRef::from_obj(g.as_ref()))
+            .collect::<Vec<_>>()
+    }
+}
+
+/// A pod's change concerns every platform when a labelled workload owns it, else none.
+fn owned_pods(view: &Arc<View>) -> impl Fn(Pod) -> Vec<PlatformRef> + use<> {
+    let managed = view.clone();
+    let every = every_platform(view);
+    move |pod: Pod| {
+        let owned = crate::update::workloads::owner_of(&pod).is_some_and(|(_, name)| {
+            managed
+                .statefulsets
+                .state()
+                .iter()
+                .any(|s| s.name_any() == name)
+                || managed
+                    .deployments
+                    .state()
+                    .iter()
+                    .any(|d| d.name_any() == name)
+        });
+        if owned { every() } else { vec![] }
+    }
+}
+
+/// The platform an object names in its `label` (a pre-pull pod, a spilled list).
+fn platform_of(object: &impl ResourceExt, label: &str) -> Option<PlatformRef> {
+    let platform = object.labels().get(label).cloned()?;
+    Some(PlatformRef::new(&platform).within(&object.namespace()?))
 }
