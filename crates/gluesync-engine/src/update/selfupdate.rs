@@ -123,7 +123,7 @@ fn end(d: &mut Decision, su: &SelfUpdate, result: ComponentResultStatus, message
 /// Carries on the self-update in `d.status.selfUpdate`, if one runs; with none, makes sure no annotation
 /// is left on GKO's Deployment. Called when no update runs.
 pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision) {
-    let Some(mut su) = d.status.self_update.clone() else {
+    let Some(su) = d.status.self_update.clone() else {
         // A self-update that ended between its status write and the Deployment's: take the mark off.
         if let Some(w) = operator(obs)
             && w.self_update_mark.is_some()
@@ -133,7 +133,6 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         }
         return;
     };
-    let now = &obs.now;
     let Some(w) = operator(obs).filter(|w| w.name == su.name) else {
         let why = format!("GKO's Deployment {} is gone", su.name);
         d.event(
@@ -144,7 +143,59 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         end(d, &su, ComponentResultStatus::Skipped, why);
         return;
     };
-    let cancel = |d: &mut Decision, su: &SelfUpdate, why: String| {
+    let at = At {
+        gsp,
+        obs,
+        w,
+        written_deadline: plus(&su.since, gsp.spec.stability_timeout_seconds),
+        to_version: version_of(&su.to_image),
+        from_version: version_of(&su.from_image),
+    };
+    match su.phase {
+        // A deleted platform starts no self-update (its finalizer stays until a started one ends).
+        SelfUpdatePhase::Scheduled if gsp.metadata.deletion_timestamp.is_some() => {
+            at.cancel(
+                d,
+                &su,
+                "GKO's own update was dropped: the GluesyncPlatform is being deleted".into(),
+            );
+        }
+        SelfUpdatePhase::Scheduled | SelfUpdatePhase::RollingOut if off(gsp).is_some() => {
+            let why = off(gsp).unwrap_or_default();
+            // GKO undoes its own change (a new image nobody watches any more is not left behind); an image
+            // someone else set stays.
+            if su.phase == SelfUpdatePhase::RollingOut && w.image == su.to_image {
+                d.actions.push(deployment(&su, &su.from_image, None));
+            }
+            at.cancel(d, &su, format!("GKO's own update was dropped: {why}"));
+        }
+        SelfUpdatePhase::Scheduled => at.start(d, su),
+        SelfUpdatePhase::RollingOut => at.rolling_out(d, su),
+        SelfUpdatePhase::RollingBack => at.rolling_back(d, su),
+    }
+}
+
+/// A version as the messages say it: the image's tag, else the image.
+fn version_of(image: &str) -> String {
+    crate::api::version::image_version(image)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| image.to_string())
+}
+
+/// Where a self-update stands: the platform, what GKO observed, its own Deployment and the versions.
+struct At<'a> {
+    gsp: &'a GluesyncPlatform,
+    obs: &'a Observed<'a>,
+    w: &'a Workload,
+    /// When a write of the Deployment that never lands (an admission policy refuses the image, say)
+    /// gives up.
+    written_deadline: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    to_version: String,
+    from_version: String,
+}
+
+impl At<'_> {
+    fn cancel(&self, d: &mut Decision, su: &SelfUpdate, why: String) {
         d.event(
             true,
             crate::api::Reason::OperatorUpdateCancelled,
@@ -152,34 +203,39 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
         );
         d.actions.push(mark(&su.name, &su.container, None));
         end(d, su, ComponentResultStatus::Skipped, why);
-    };
-    // A write that never lands (an admission policy refuses the image, say) ends at the timeout.
-    let gave_up = |d: &mut Decision, su: &SelfUpdate, image: &str| {
+    }
+
+    /// A write that never lands ends at the timeout.
+    fn gave_up(&self, d: &mut Decision, su: &SelfUpdate, image: &str) {
         let why = format!(
             "GKO could not set its own image to {image} within {} s",
-            gsp.spec.stability_timeout_seconds
+            self.gsp.spec.stability_timeout_seconds
         );
         d.event(true, crate::api::Reason::OperatorUpdateFailed, why.clone());
         d.actions.push(mark(&su.name, &su.container, None));
         end(d, su, ComponentResultStatus::Error, why);
-    };
-    let written_deadline = plus(&su.since, gsp.spec.stability_timeout_seconds);
-    // Makes GKO's Deployment show the phase: `want` as its image (the phase's) with the phase's mark.
-    // Image and mark are written together, so the mark tells a write not yet landed (the other image, no
-    // mark: write it again, until the timeout) from somebody's revert (the other image under the mark:
-    // dropped); any third image drops it too. `true` when the phase may go on.
-    let on_deployment = |d: &mut Decision,
-                         su: &SelfUpdate,
-                         want: &str,
-                         other: &str,
-                         reverted: String,
-                         what: &str| {
+    }
+
+    /// Makes GKO's Deployment show the phase: `want` as its image (the phase's) with the phase's mark.
+    /// Image and mark are written together, so the mark tells a write not yet landed (the other image,
+    /// no mark: write it again, until the timeout) from somebody's revert (the other image under the
+    /// mark: dropped); any third image drops it too. `true` when the phase may go on.
+    fn on_deployment(
+        &self,
+        d: &mut Decision,
+        su: &SelfUpdate,
+        want: &str,
+        other: &str,
+        reverted: String,
+        what: &str,
+    ) -> bool {
+        let w = self.w;
         let marked = w.self_update_mark.as_deref() == Some(su.phase.as_str());
         if w.image == other {
             if marked {
-                cancel(d, su, reverted);
-            } else if passed(&written_deadline, now) {
-                gave_up(d, su, want);
+                self.cancel(d, su, reverted);
+            } else if passed(&self.written_deadline, &self.obs.now) {
+                self.gave_up(d, su, want);
             } else {
                 d.actions.push(deployment(su, want, Some(su.phase)));
                 d.requeue(std::time::Duration::from_secs(2));
@@ -187,7 +243,7 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             return false;
         }
         if w.image != want {
-            cancel(
+            self.cancel(
                 d,
                 su,
                 format!(
@@ -201,184 +257,171 @@ pub(super) fn carry_on(gsp: &GluesyncPlatform, obs: &Observed, d: &mut Decision)
             d.actions.push(deployment(su, want, Some(su.phase)));
         }
         true
-    };
-    let to_version = crate::api::version::image_version(&su.to_image)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| su.to_image.clone());
-    let from_version = crate::api::version::image_version(&su.from_image)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| su.from_image.clone());
-    let timeout = gsp.spec.stability_timeout_seconds;
-    match su.phase {
-        // A deleted platform starts no self-update (its finalizer stays until a started one ends).
-        SelfUpdatePhase::Scheduled if gsp.metadata.deletion_timestamp.is_some() => {
-            cancel(
+    }
+
+    /// Scheduled: GKO changes its own image, unless somebody changed it meanwhile.
+    fn start(&self, d: &mut Decision, mut su: SelfUpdate) {
+        let w = self.w;
+        if w.image != su.from_image {
+            return self.cancel(
                 d,
                 &su,
-                "GKO's own update was dropped: the GluesyncPlatform is being deleted".into(),
+                format!(
+                    "GKO's own update was dropped: its image was changed to {} meanwhile",
+                    w.image
+                ),
             );
         }
-        SelfUpdatePhase::Scheduled | SelfUpdatePhase::RollingOut if off(gsp).is_some() => {
-            let why = off(gsp).unwrap_or_default();
-            // GKO undoes its own change (a new image nobody watches any more is not left behind); an image
-            // someone else set stays.
-            if su.phase == SelfUpdatePhase::RollingOut && w.image == su.to_image {
-                d.actions.push(deployment(&su, &su.from_image, None));
-            }
-            cancel(d, &su, format!("GKO's own update was dropped: {why}"));
+        su.phase = SelfUpdatePhase::RollingOut;
+        su.since = self.obs.now.clone();
+        d.actions.push(deployment(
+            &su,
+            &su.to_image,
+            Some(SelfUpdatePhase::RollingOut),
+        ));
+        d.event(
+            false,
+            crate::api::Reason::OperatorRestarting,
+            format!(
+                "GKO changed its own image to {}; the new pod is starting",
+                self.to_version
+            ),
+        );
+        d.status.message = Some(format!("GKO is updating itself to {}", self.to_version));
+        requeue_after_secs(d, self.gsp.spec.stability_timeout_seconds);
+        d.status.self_update = Some(su);
+    }
+
+    /// RollingOut: the new GKO's Deployment gets the stability check of any component (ready on its
+    /// image for stabilityWindowSeconds with no restart; a crash loop or an image that cannot be pulled
+    /// fails at once; stabilityTimeoutSeconds at most); a failure rolls GKO back.
+    fn rolling_out(&self, d: &mut Decision, mut su: SelfUpdate) {
+        let (gsp, w, now) = (self.gsp, self.w, &self.obs.now);
+        let (to_version, from_version) = (&self.to_version, &self.from_version);
+        let timeout = gsp.spec.stability_timeout_seconds;
+        let put_back = format!(
+            "GKO's own update was dropped: its image was put back to {from_version} by someone else"
+        );
+        if !self.on_deployment(
+            d,
+            &su,
+            &su.to_image,
+            &su.from_image,
+            put_back,
+            "GKO's own update",
+        ) {
+            return;
         }
-        SelfUpdatePhase::Scheduled => {
-            if w.image != su.from_image {
-                return cancel(
-                    d,
-                    &su,
+        let deadline = plus(&su.since, timeout);
+        let mut c = PlannedComponent {
+            name: su.name.clone(),
+            component_type: ComponentType::Operator,
+            kind: w.kind,
+            container: su.container.clone(),
+            from_image: su.from_image.clone(),
+            to_image: Some(su.to_image.clone()),
+            state: ComponentState::Patched,
+            message: None,
+            patched_at: Some(su.since.clone()),
+            stable: su.stable.clone(),
+        };
+        // The old GKO never reports the new one's success: once the Deployment runs only the new
+        // image, ready, the old pod is gone and so is the old GKO. Whoever else leads (the new GKO, or
+        // one that does not know its own pod) reports it.
+        let i_am_old = self.obs.me.as_deref() == Some(su.from_image.as_str());
+        match super::rollout::stability(gsp, &mut c, w, &su.to_image, &deadline, now, d) {
+            Ok(true) if !i_am_old => {
+                let message = format!("GKO updated to {to_version}");
+                d.event(false, crate::api::Reason::OperatorUpdated, message.clone());
+                d.actions.push(mark(&su.name, &su.container, None));
+                d.status.message = Some(message.clone());
+                end(d, &su, ComponentResultStatus::Ok, message);
+            }
+            Err(_) if super::mutated(super::Mutant::NoSelfRollback) => {
+                d.status.self_update = Some(su);
+            }
+            Ok(_) => {
+                d.status.message = Some(if i_am_old {
                     format!(
-                        "GKO's own update was dropped: its image was changed to {} meanwhile",
-                        w.image
+                        "GKO {to_version} is starting; GKO {from_version} hands over once it is ready"
+                    )
+                } else {
+                    format!(
+                        "GKO {to_version} is checking that it stays ready ({} s)",
+                        gsp.spec.stability_window_seconds
+                    )
+                });
+                su.stable = c.stable;
+                d.status.self_update = Some(su);
+            }
+            Err(why) => {
+                su.phase = SelfUpdatePhase::RollingBack;
+                su.since = now.clone();
+                su.stable = None;
+                d.actions.push(deployment(
+                    &su,
+                    &su.from_image,
+                    Some(SelfUpdatePhase::RollingBack),
+                ));
+                d.event(
+                    true,
+                    crate::api::Reason::OperatorRollingBack,
+                    format!(
+                        "the new GKO {to_version} failed its stability check ({why}); GKO puts its own \
+                         image back to {from_version}"
                     ),
                 );
+                d.status.message = Some(format!("GKO is rolling itself back to {from_version}"));
+                requeue_after_secs(d, timeout);
+                d.status.self_update = Some(su);
             }
-            su.phase = SelfUpdatePhase::RollingOut;
-            su.since = now.clone();
-            d.actions.push(deployment(
-                &su,
-                &su.to_image,
-                Some(SelfUpdatePhase::RollingOut),
-            ));
+        }
+    }
+
+    /// RollingBack: GKO waits for its old image to be ready again, until the timeout.
+    fn rolling_back(&self, d: &mut Decision, su: SelfUpdate) {
+        let (to_version, from_version) = (&self.to_version, &self.from_version);
+        let timeout = self.gsp.spec.stability_timeout_seconds;
+        let set_again = format!(
+            "GKO's rollback was dropped: its image was set to {to_version} again by someone else"
+        );
+        if !self.on_deployment(
+            d,
+            &su,
+            &su.from_image,
+            &su.to_image,
+            set_again,
+            "GKO's rollback",
+        ) {
+            return;
+        }
+        let deadline = plus(&su.since, timeout);
+        if self.w.ready {
+            let message =
+                format!("GKO {to_version} did not come up; GKO is back on {from_version}");
             d.event(
-                false,
-                crate::api::Reason::OperatorRestarting,
-                format!("GKO changed its own image to {to_version}; the new pod is starting"),
+                true,
+                crate::api::Reason::OperatorRolledBack,
+                message.clone(),
             );
-            d.status.message = Some(format!("GKO is updating itself to {to_version}"));
-            requeue_after_secs(d, timeout);
-            d.status.self_update = Some(su);
-        }
-        SelfUpdatePhase::RollingOut => {
-            let put_back = format!(
-                "GKO's own update was dropped: its image was put back to {from_version} by someone else"
+            d.actions.push(mark(&su.name, &su.container, None));
+            d.status.message = Some(message.clone());
+            end(d, &su, ComponentResultStatus::RolledBack, message);
+        } else if passed(&deadline, &self.obs.now) {
+            let message = format!(
+                "GKO did not come back on {from_version} within {timeout} s after its update to \
+                 {to_version} failed"
             );
-            if !on_deployment(
-                d,
-                &su,
-                &su.to_image,
-                &su.from_image,
-                put_back,
-                "GKO's own update",
-            ) {
-                return;
-            }
-            // The new GKO's Deployment gets the stability check of any component (ready on its image for
-            // stabilityWindowSeconds with no restart; a crash loop or an image that cannot be pulled fails
-            // at once; stabilityTimeoutSeconds at most).
-            let deadline = plus(&su.since, timeout);
-            let mut c = PlannedComponent {
-                name: su.name.clone(),
-                component_type: ComponentType::Operator,
-                kind: w.kind,
-                container: su.container.clone(),
-                from_image: su.from_image.clone(),
-                to_image: Some(su.to_image.clone()),
-                state: ComponentState::Patched,
-                message: None,
-                patched_at: Some(su.since.clone()),
-                stable: su.stable.clone(),
-            };
-            // The old GKO never reports the new one's success: once the Deployment runs only the new
-            // image, ready, the old pod is gone and so is the old GKO. Whoever else leads (the new GKO, or
-            // one that does not know its own pod) reports it.
-            let i_am_old = obs.me.as_deref() == Some(su.from_image.as_str());
-            match super::rollout::stability(gsp, &mut c, w, &su.to_image, &deadline, now, d) {
-                Ok(true) if !i_am_old => {
-                    let message = format!("GKO updated to {to_version}");
-                    d.event(false, crate::api::Reason::OperatorUpdated, message.clone());
-                    d.actions.push(mark(&su.name, &su.container, None));
-                    d.status.message = Some(message.clone());
-                    end(d, &su, ComponentResultStatus::Ok, message);
-                }
-                Err(_) if super::mutated(super::Mutant::NoSelfRollback) => {
-                    d.status.self_update = Some(su);
-                }
-                Ok(_) => {
-                    d.status.message = Some(if i_am_old {
-                        format!(
-                            "GKO {to_version} is starting; GKO {from_version} hands over once it is ready"
-                        )
-                    } else {
-                        format!(
-                            "GKO {to_version} is checking that it stays ready ({} s)",
-                            gsp.spec.stability_window_seconds
-                        )
-                    });
-                    su.stable = c.stable;
-                    d.status.self_update = Some(su);
-                }
-                Err(why) => {
-                    su.phase = SelfUpdatePhase::RollingBack;
-                    su.since = now.clone();
-                    su.stable = None;
-                    d.actions.push(deployment(
-                        &su,
-                        &su.from_image,
-                        Some(SelfUpdatePhase::RollingBack),
-                    ));
-                    d.event(
-                        true,
-                        crate::api::Reason::OperatorRollingBack,
-                        format!(
-                            "the new GKO {to_version} failed its stability check ({why}); GKO puts its own \
-                             image back to {from_version}"
-                        ),
-                    );
-                    d.status.message =
-                        Some(format!("GKO is rolling itself back to {from_version}"));
-                    requeue_after_secs(d, timeout);
-                    d.status.self_update = Some(su);
-                }
-            }
-        }
-        SelfUpdatePhase::RollingBack => {
-            let set_again = format!(
-                "GKO's rollback was dropped: its image was set to {to_version} again by someone else"
+            d.event(
+                true,
+                crate::api::Reason::OperatorUpdateFailed,
+                message.clone(),
             );
-            if !on_deployment(
-                d,
-                &su,
-                &su.from_image,
-                &su.to_image,
-                set_again,
-                "GKO's rollback",
-            ) {
-                return;
-            }
-            let deadline = plus(&su.since, timeout);
-            if w.ready {
-                let message =
-                    format!("GKO {to_version} did not come up; GKO is back on {from_version}");
-                d.event(
-                    true,
-                    crate::api::Reason::OperatorRolledBack,
-                    message.clone(),
-                );
-                d.actions.push(mark(&su.name, &su.container, None));
-                d.status.message = Some(message.clone());
-                end(d, &su, ComponentResultStatus::RolledBack, message);
-            } else if passed(&deadline, now) {
-                let message = format!(
-                    "GKO did not come back on {from_version} within {timeout} s after its update to \
-                     {to_version} failed"
-                );
-                d.event(
-                    true,
-                    crate::api::Reason::OperatorUpdateFailed,
-                    message.clone(),
-                );
-                d.actions.push(mark(&su.name, &su.container, None));
-                d.status.message = Some(message.clone());
-                end(d, &su, ComponentResultStatus::Error, message);
-            } else {
-                d.requeue_at(&deadline, now);
-            }
+            d.actions.push(mark(&su.name, &su.container, None));
+            d.status.message = Some(message.clone());
+            end(d, &su, ComponentResultStatus::Error, message);
+        } else {
+            d.requeue_at(&deadline, &self.obs.now);
         }
     }
 }
