@@ -1,5 +1,7 @@
 //! Starting an update, Preflight (is it valid, what changes) and Snapshot (the images before).
 
+use std::collections::BTreeMap;
+
 use super::{Decision, Observed, move_to, refuse};
 use crate::{
     api::version::{ImageRef, Version},
@@ -108,6 +110,9 @@ fn preflight_check(gsp: &GluesyncPlatform, obs: &Observed, u: &UpdateStatus) -> 
     crate::update::catalog::check(gsp, obs.workloads, token, u.channel)
 }
 
+/// Preflight: the request checked (the platform's problems, the version and every image readable), the
+/// catalog's answer waited for until the step's deadline, then the plan of every component; a request
+/// that cannot be carried out is refused here, before anything changes.
 pub(super) fn preflight(
     gsp: &GluesyncPlatform,
     obs: &Observed,
@@ -115,56 +120,14 @@ pub(super) fn preflight(
     d: &mut Decision,
 ) {
     let now = &obs.now;
-    if let Some(problem) = status::problem(gsp, obs.workloads).or(obs.access_problem.clone()) {
-        return refuse(gsp, u, d, now, problem.message);
-    }
-    let registry = gsp.spec.image_registry.as_deref();
-    let desired = gsp.spec.version.as_str();
-    let desired_version: Version = match desired.split('-').next().unwrap_or(desired).parse() {
+    let desired_version = match readable(gsp, obs) {
         Ok(v) => v,
-        Err(e) => return refuse(gsp, u, d, now, e.to_string()),
+        Err(why) => return refuse(gsp, u, d, now, why),
     };
-    for w in obs.workloads {
-        if w.component_type == Some(ComponentType::Operator) {
-            continue;
-        }
-        if crate::api::version::image_version(&w.image).is_err() {
-            return refuse(
-                gsp,
-                u,
-                d,
-                now,
-                format!(
-                    "{} {} runs image {:?}, whose tag carries no version GKO can read",
-                    w.kind_name(),
-                    w.name,
-                    w.image
-                ),
-            );
-        }
-    }
-    // The catalog's answer for the update's channel: wait for it until the step's deadline.
-    let catalog = if gsp.spec.catalog.offline {
-        None
-    } else {
-        let check = preflight_check(gsp, obs, u);
-        match obs.catalog.filter(|a| a.token == check.token) {
-            Some(answer) => answer.result.as_ref().ok(),
-            None => {
-                let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
-                if !super::passed(&deadline, now) {
-                    d.status.message = Some(format!(
-                        "asking the version catalog for the latest versions on the {} channel",
-                        u.channel.as_str()
-                    ));
-                    d.catalog = Some(check);
-                    d.requeue_at(&deadline, now);
-                    return;
-                }
-                None
-            }
-        }
+    let Some(catalog) = catalog_answer(gsp, obs, u, d) else {
+        return;
     };
+    let desired = gsp.spec.version.as_str();
     let core_hub = obs
         .workloads
         .iter()
@@ -185,83 +148,23 @@ pub(super) fn preflight(
             ),
         );
     }
-    let core_hub_changes =
-        core_hub.is_some_and(|w| target_image(&w.image, desired, registry).is_some());
-    let named = super::named_components(gsp, u);
+    let core_hub_changes = core_hub.is_some_and(|w| {
+        target_image(&w.image, desired, gsp.spec.image_registry.as_deref()).is_some()
+    });
+    let planner = Planner {
+        gsp,
+        u,
+        catalog,
+        core_hub_changes,
+        named: super::named_components(gsp, u),
+    };
     let mut plan = Vec::new();
     for w in obs.workloads {
-        let Some(kind) = w.component_type else {
+        let (Some(kind), Some(container)) = (w.component_type, w.container.clone()) else {
             continue;
         };
-        let Some(container) = w.container.clone() else {
+        let Some((to_image, skip_note)) = planner.target(w, kind, &container, d) else {
             continue;
-        };
-        let (to_image, skip_note) = match kind {
-            // GKO itself: listed only when it will update itself after this update (see selfupdate).
-            ComponentType::Operator => match super::selfupdate::target(gsp, w, catalog)
-                .filter(|_| named.as_ref().is_none_or(|ids| ids.contains(&w.name)))
-            {
-                Some(to) => {
-                    if super::mutated(super::Mutant::SelfUpdateFirst) {
-                        d.actions.push(super::Action::SelfUpdate {
-                            name: w.name.clone(),
-                            container: container.clone(),
-                            image: Some(to.clone()),
-                            phase: None,
-                        });
-                    }
-                    let note = format!(
-                        "GKO updates itself to {} once this update has ended",
-                        crate::api::version::image_version(&to)
-                            .map(|v| v.to_string())
-                            .unwrap_or_else(|_| to.clone())
-                    );
-                    (Some(to), Some(note))
-                }
-                None => continue,
-            },
-            ComponentType::CoreHub | ComponentType::Agent => {
-                (target_image(&w.image, desired, registry), None)
-            }
-            ComponentType::Module | ComponentType::ThirdParty => {
-                match gsp.spec.modules.get(&w.name) {
-                    Some(pin) => (target_image(&w.image, pin, registry), None),
-                    None if kind == ComponentType::ThirdParty => (
-                        None,
-                        Some("third-party: updated only when pinned in spec.modules".to_string()),
-                    ),
-                    None if gsp.spec.catalog.offline => (
-                        None,
-                        Some("no pin, and an offline install has no catalog".to_string()),
-                    ),
-                    None => {
-                        let image = ImageRef::parse(&w.image);
-                        let latest = catalog.and_then(|c| c.get(image.name()));
-                        match (latest, w.version()) {
-                            (None, _) if catalog.is_none() => (
-                                None,
-                                Some("no pin, and the version catalog did not answer".to_string()),
-                            ),
-                            (None, _) => (
-                                None,
-                                Some("no pin, and the catalog gave no version".to_string()),
-                            ),
-                            (Some(latest), Some(running))
-                                if (core_hub_changes
-                                    || (u.new_request
-                                        && named
-                                            .as_ref()
-                                            .is_none_or(|ids| ids.contains(&w.name))))
-                                    && latest.parse::<Version>().ok()
-                                        > running.parse::<Version>().ok() =>
-                            {
-                                (target_image(&w.image, latest, registry), None)
-                            }
-                            _ => (None, None),
-                        }
-                    }
-                }
-            }
         };
         if to_image.is_some()
             && kind != ComponentType::Operator
@@ -301,6 +204,154 @@ pub(super) fn preflight(
         _ => "preflight passed; recording the images of every component".into(),
     });
     move_to(gsp, u, UpdateStep::Snapshot, now, d);
+}
+
+/// The version asked for, when nothing stands in the way of reading the install: no problem of the
+/// platform's or of GKO's access, a version that parses, and an image tag with a version on every
+/// component but GKO. Else why not.
+fn readable(gsp: &GluesyncPlatform, obs: &Observed) -> Result<Version, String> {
+    if let Some(problem) = status::problem(gsp, obs.workloads).or(obs.access_problem.clone()) {
+        return Err(problem.message);
+    }
+    let desired = gsp.spec.version.as_str();
+    let version = desired
+        .split('-')
+        .next()
+        .unwrap_or(desired)
+        .parse::<Version>()
+        .map_err(|e| e.to_string())?;
+    for w in obs.workloads {
+        if w.component_type == Some(ComponentType::Operator) {
+            continue;
+        }
+        if crate::api::version::image_version(&w.image).is_err() {
+            return Err(format!(
+                "{} {} runs image {:?}, whose tag carries no version GKO can read",
+                w.kind_name(),
+                w.name,
+                w.image
+            ));
+        }
+    }
+    Ok(version)
+}
+
+/// The catalog's answer for the update's channel: `Some(None)` without one (an offline install, a
+/// failed check, or none by the step's deadline), `None` while it is still waited for (the decision
+/// then asks for the check and says so).
+fn catalog_answer<'a>(
+    gsp: &GluesyncPlatform,
+    obs: &Observed<'a>,
+    u: &UpdateStatus,
+    d: &mut Decision,
+) -> Option<Option<&'a BTreeMap<String, String>>> {
+    if gsp.spec.catalog.offline {
+        return Some(None);
+    }
+    let check = preflight_check(gsp, obs, u);
+    if let Some(answer) = obs.catalog.filter(|a| a.token == check.token) {
+        return Some(answer.result.as_ref().ok());
+    }
+    let now = &obs.now;
+    let deadline = u.step.deadline().cloned().unwrap_or_else(|| now.clone());
+    if super::passed(&deadline, now) {
+        return Some(None);
+    }
+    d.status.message = Some(format!(
+        "asking the version catalog for the latest versions on the {} channel",
+        u.channel.as_str()
+    ));
+    d.catalog = Some(check);
+    d.requeue_at(&deadline, now);
+    None
+}
+
+/// What Preflight plans each component with.
+struct Planner<'a> {
+    gsp: &'a GluesyncPlatform,
+    u: &'a UpdateStatus,
+    catalog: Option<&'a BTreeMap<String, String>>,
+    /// Core Hub's image changes: the modules without a pin follow the catalog.
+    core_hub_changes: bool,
+    /// The components the Core Hub UI's request names, if it names some.
+    named: Option<Vec<String>>,
+}
+
+impl Planner<'_> {
+    /// The image a component goes to (`None`: it stays) and the note said of it; `None` for a component
+    /// the plan does not list (GKO itself, unless it will update itself after this update).
+    fn target(
+        &self,
+        w: &Workload,
+        kind: ComponentType,
+        container: &str,
+        d: &mut Decision,
+    ) -> Option<(Option<String>, Option<String>)> {
+        let (gsp, registry) = (self.gsp, self.gsp.spec.image_registry.as_deref());
+        let desired = gsp.spec.version.as_str();
+        let named = |name: &String| self.named.as_ref().is_none_or(|ids| ids.contains(name));
+        Some(match kind {
+            // GKO itself: listed only when it will update itself after this update (see selfupdate).
+            ComponentType::Operator => {
+                let to =
+                    super::selfupdate::target(gsp, w, self.catalog).filter(|_| named(&w.name))?;
+                if super::mutated(super::Mutant::SelfUpdateFirst) {
+                    d.actions.push(super::Action::SelfUpdate {
+                        name: w.name.clone(),
+                        container: container.to_string(),
+                        image: Some(to.clone()),
+                        phase: None,
+                    });
+                }
+                let note = format!(
+                    "GKO updates itself to {} once this update has ended",
+                    crate::api::version::image_version(&to)
+                        .map(|v| v.to_string())
+                        .unwrap_or_else(|_| to.clone())
+                );
+                (Some(to), Some(note))
+            }
+            ComponentType::CoreHub | ComponentType::Agent => {
+                (target_image(&w.image, desired, registry), None)
+            }
+            ComponentType::Module | ComponentType::ThirdParty => {
+                match gsp.spec.modules.get(&w.name) {
+                    Some(pin) => (target_image(&w.image, pin, registry), None),
+                    None if kind == ComponentType::ThirdParty => (
+                        None,
+                        Some("third-party: updated only when pinned in spec.modules".to_string()),
+                    ),
+                    None if gsp.spec.catalog.offline => (
+                        None,
+                        Some("no pin, and an offline install has no catalog".to_string()),
+                    ),
+                    None => {
+                        let image = ImageRef::parse(&w.image);
+                        let latest = self.catalog.and_then(|c| c.get(image.name()));
+                        match (latest, w.version()) {
+                            (None, _) if self.catalog.is_none() => (
+                                None,
+                                Some("no pin, and the version catalog did not answer".to_string()),
+                            ),
+                            (None, _) => (
+                                None,
+                                Some("no pin, and the catalog gave no version".to_string()),
+                            ),
+                            (Some(latest), Some(running))
+                                if (self.core_hub_changes
+                                    || (self.u.new_request && named(&w.name)))
+                                    && latest.parse::<Version>().ok()
+                                        > running.parse::<Version>().ok() =>
+                            {
+                                (target_image(&w.image, latest, registry), None)
+                            }
+                            _ => (None, None),
+                        }
+                    }
+                }
+            }
+        })
+    }
 }
 
 pub(super) fn snapshot(
