@@ -108,7 +108,7 @@ fn reference_markdown() -> String {
     let _ = writeln!(out, "# {} reference", names.kind);
     out.push_str(
         "\n<!-- Generated from the CRD by `make crd` (the `reference` binary). Change the types in \
-         crates/gluesync-operator/src/api/ or the generator in crates/gluesync-operator/src/bin/reference.rs, \
+         crates/gluesync-engine/src/api/ or the generator in crates/gluesync-operator/src/bin/reference.rs, \
          not this page. -->\n\n",
     );
     let Some(version) = crd.spec.versions.first() else {
