@@ -150,14 +150,12 @@ async fn pause(
     }
 }
 
-/// Runs until the controller drops the work's sender.
+/// Runs until the controller drops the work's sender: each round connects (or keeps the connection),
+/// sends the enter and exit requests due, lists the pipelines and reports, then waits for the poll
+/// interval or for urgent work.
 pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
-    let mut connection: Option<(Target, Instant, Arc<CoreHub>)> = None;
-    let mut epoch = String::new();
-    let mut entered: HashSet<PipelineId> = HashSet::new();
-    // The asked pipelines this worker found recorded when it took the epoch over, and when.
-    let mut inherited: HashSet<PipelineId> = HashSet::new();
-    let mut inherited_at = jiff::Timestamp::MIN;
+    let mut connection: Option<Connection> = None;
+    let mut asked = Asked::default();
     let mut leader = env.leadership.subscribe();
     loop {
         let Some(work) = input.want.borrow_and_update().clone() else {
@@ -169,7 +167,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
         if !env.may_call() {
             // The Lease holder asks again what it inherited; this worker, if it takes over once more,
             // inherits afresh.
-            inherited.clear();
+            asked.inherited.clear();
             tokio::select! {
                 changed = input.want.changed() => if changed.is_err() { return },
                 _ = leader.changed() => {},
@@ -177,95 +175,47 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             }
             continue;
         }
-        if work.epoch != epoch {
-            epoch = work.epoch.clone();
-            entered = work.asked.iter().cloned().collect();
-            inherited = entered.clone();
-            inherited_at = jiff::Timestamp::now();
+        if work.epoch != asked.epoch {
+            asked.take_over(&work);
             *lock(&input.report) = Report {
-                epoch: epoch.clone(),
+                epoch: asked.epoch.clone(),
                 ..Default::default()
             };
         }
-        let client = match &connection {
-            Some((target, at, client))
-                if *target == work.target && at.elapsed() < REREAD_SECRETS =>
-            {
-                client.clone()
+        let client = match connected(&env, &mut connection, &work.target).await {
+            Ok(client) => client,
+            Err(e) => {
+                {
+                    let mut report = lock(&input.report);
+                    report.listing = Some(Listing {
+                        at: now(),
+                        result: Err(e.clone()),
+                    });
+                    report.error = Some(e);
+                }
+                input.wake.wake();
+                if !pause(
+                    &mut input,
+                    ERROR_PAUSE.max(work.poll),
+                    &asked.epoch,
+                    &asked.entered,
+                )
+                .await
+                {
+                    return;
+                }
+                continue;
             }
-            _ => match super::connect::connect(
-                &env.client,
-                &env.namespace,
-                env.instance.as_deref(),
-                &env.access,
-                &work.target,
-            )
-            .await
-            {
-                Ok(c) => {
-                    let c = Arc::new(c);
-                    connection = Some((work.target.clone(), Instant::now(), c.clone()));
-                    c
-                }
-                Err(e) => {
-                    {
-                        let mut report = lock(&input.report);
-                        report.listing = Some(Listing {
-                            at: now(),
-                            result: Err(e.clone()),
-                        });
-                        report.error = Some(e);
-                    }
-                    input.wake.wake();
-                    if !pause(&mut input, ERROR_PAUSE.max(work.poll), &epoch, &entered).await {
-                        return;
-                    }
-                    continue;
-                }
-            },
         };
 
-        // Enter: once per epoch (a pipeline another GKO recorded as asked: once more, when it is still
-        // listed running well after the takeover).
-        let mut to_enter: Vec<PipelineId> = work
-            .enter
-            .iter()
-            .filter(|id| !entered.contains(*id))
-            .cloned()
-            .collect();
-        if !inherited.is_empty() {
-            let report = lock(&input.report);
-            if let Some(Listing {
-                at,
-                result: Ok(list),
-            }) = &report.listing
-                && at.0.duration_since(inherited_at).as_secs()
-                    >= RESEND_INHERITED_ENTER.as_secs() as i64
-            {
-                let paused = in_maintenance(list);
-                let again: Vec<PipelineId> = work
-                    .enter
-                    .iter()
-                    .filter(|id| inherited.contains(*id) && !paused.contains(id.as_str()))
-                    .cloned()
-                    .collect();
-                if !again.is_empty() {
-                    info!(
-                        count = again.len(),
-                        "asking again pipelines recorded as asked that are still running"
-                    );
-                }
-                // Once: whatever the answer, none is asked a third time.
-                inherited.clear();
-                to_enter.extend(again);
-            }
-        }
         let mut errors = None;
+        let to_enter = asked.enter_due(&work, &lock(&input.report));
         if !to_enter.is_empty() {
             let count = to_enter.len();
             let forget = crate::update::mutated(crate::update::Mutant::ForgetAsked);
             // Made as large as it will be at once: a table that doubles holds both sizes for a moment.
-            entered.reserve(count);
+            asked.entered.reserve(count);
+            let entered = &mut asked.entered;
             let (accepted, error) = send(&env, &client, to_enter, true, |id, _| {
                 if !forget {
                     entered.insert(id);
@@ -276,35 +226,7 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             errors = errors.or(error);
         }
 
-        // Exit: once per epoch, and again while Core Hub still lists the pipeline in maintenance mode.
-        let to_exit: Vec<PipelineId> = {
-            let report = lock(&input.report);
-            // The ids the latest list shows in maintenance mode, and when it was fetched: gathered once,
-            // the first time a request is due again (never a scan of the list per id).
-            let mut listed: Option<(jiff::Timestamp, IdSet<'_>)> = None;
-            let mut still_paused = |id: &str, asked: &Time| {
-                let (at, paused) = listed.get_or_insert_with(|| match &report.listing {
-                    Some(Listing {
-                        at,
-                        result: Ok(list),
-                    }) => (at.0, in_maintenance(list)),
-                    _ => (jiff::Timestamp::MIN, IdSet::default()),
-                });
-                *at > asked.0 && paused.contains(id)
-            };
-            work.exit
-                .iter()
-                .filter(|id| match report.exits.get(id) {
-                    None => true,
-                    Some(asked) => {
-                        jiff::Timestamp::now().duration_since(asked.0).as_secs() as u64
-                            >= RESEND_EXIT.as_secs()
-                            && still_paused(id, &asked)
-                    }
-                })
-                .cloned()
-                .collect()
-        };
+        let to_exit = exit_due(&work, &lock(&input.report));
         if !to_exit.is_empty() {
             let count = to_exit.len();
             // Recorded together at the end: the report the engine may hold is copied once, not per id.
@@ -318,40 +240,167 @@ pub async fn run(env: Arc<Env>, mut input: Input<Work, Report>) {
             errors = errors.or(error);
         }
 
-        // List, and report.
         if !env.may_call() {
             continue;
         }
-        let at = now();
-        let previous = match &lock(&input.report).listing {
-            Some(Listing {
-                result: Ok(list), ..
-            }) => Some(list.clone()),
-            _ => None,
-        };
-        let result = client
-            .pipelines_after(previous)
-            .await
-            .map(Arc::new)
-            .map_err(|e| {
-                env.metrics.corehub_errors.inc();
-                e.to_string()
-            });
-        let failed = errors.is_some() || result.is_err();
-        {
-            let mut report = lock(&input.report);
-            report.entered = entered.len();
-            report.error = errors;
-            report.listing = Some(Listing { at, result });
-        }
+        let failed = list(&env, &client, &input, asked.entered.len(), errors).await;
         input.wake.wake();
         let wait = if failed {
             work.poll.max(ERROR_PAUSE)
         } else {
             work.poll
         };
-        if !pause(&mut input, wait, &epoch, &entered).await {
+        if !pause(&mut input, wait, &asked.epoch, &asked.entered).await {
             return;
         }
     }
+}
+
+/// A client of Core Hub, the target it was made for and when.
+type Connection = (Target, Instant, Arc<CoreHub>);
+
+/// The client for `target`: the one in hand while its credentials are fresh enough, else a new one
+/// (the Secrets read again).
+async fn connected(
+    env: &Env,
+    connection: &mut Option<Connection>,
+    target: &Target,
+) -> Result<Arc<CoreHub>, String> {
+    if let Some((made_for, at, client)) = connection.as_ref()
+        && made_for == target
+        && at.elapsed() < REREAD_SECRETS
+    {
+        return Ok(client.clone());
+    }
+    let client = Arc::new(
+        super::connect::connect(
+            &env.client,
+            &env.namespace,
+            env.instance.as_deref(),
+            &env.access,
+            target,
+        )
+        .await?,
+    );
+    *connection = Some((target.clone(), Instant::now(), client.clone()));
+    Ok(client)
+}
+
+/// The pipelines this worker asked into maintenance mode in the epoch it works for.
+#[derive(Default)]
+struct Asked {
+    epoch: String,
+    entered: HashSet<PipelineId>,
+    /// The asked pipelines this worker found recorded when it took the epoch over, and when.
+    inherited: HashSet<PipelineId>,
+    inherited_at: jiff::Timestamp,
+}
+
+impl Asked {
+    /// A new epoch: what the update's record says was asked already counts as entered (and inherited).
+    fn take_over(&mut self, work: &Work) {
+        self.epoch = work.epoch.clone();
+        self.entered = work.asked.iter().cloned().collect();
+        self.inherited = self.entered.clone();
+        self.inherited_at = jiff::Timestamp::now();
+    }
+
+    /// The enter requests due: once per epoch, and a pipeline another GKO recorded as asked once more,
+    /// when it is still listed running well after the takeover.
+    fn enter_due(&mut self, work: &Work, report: &Report) -> Vec<PipelineId> {
+        let mut to_enter: Vec<PipelineId> = work
+            .enter
+            .iter()
+            .filter(|id| !self.entered.contains(*id))
+            .cloned()
+            .collect();
+        if !self.inherited.is_empty()
+            && let Some(Listing {
+                at,
+                result: Ok(list),
+            }) = &report.listing
+            && at.0.duration_since(self.inherited_at).as_secs()
+                >= RESEND_INHERITED_ENTER.as_secs() as i64
+        {
+            let paused = in_maintenance(list);
+            let again: Vec<PipelineId> = work
+                .enter
+                .iter()
+                .filter(|id| self.inherited.contains(*id) && !paused.contains(id.as_str()))
+                .cloned()
+                .collect();
+            if !again.is_empty() {
+                info!(
+                    count = again.len(),
+                    "asking again pipelines recorded as asked that are still running"
+                );
+            }
+            // Once: whatever the answer, none is asked a third time.
+            self.inherited.clear();
+            to_enter.extend(again);
+        }
+        to_enter
+    }
+}
+
+/// The exit requests due: once per epoch, and again while Core Hub still lists the pipeline in
+/// maintenance mode `RESEND_EXIT` after it accepted the last one.
+fn exit_due(work: &Work, report: &Report) -> Vec<PipelineId> {
+    // The ids the latest list shows in maintenance mode, and when it was fetched: gathered once, the
+    // first time a request is due again (never a scan of the list per id).
+    let mut listed: Option<(jiff::Timestamp, IdSet<'_>)> = None;
+    let mut still_paused = |id: &str, asked: &Time| {
+        let (at, paused) = listed.get_or_insert_with(|| match &report.listing {
+            Some(Listing {
+                at,
+                result: Ok(list),
+            }) => (at.0, in_maintenance(list)),
+            _ => (jiff::Timestamp::MIN, IdSet::default()),
+        });
+        *at > asked.0 && paused.contains(id)
+    };
+    work.exit
+        .iter()
+        .filter(|id| match report.exits.get(id) {
+            None => true,
+            Some(asked) => {
+                jiff::Timestamp::now().duration_since(asked.0).as_secs() as u64
+                    >= RESEND_EXIT.as_secs()
+                    && still_paused(id, &asked)
+            }
+        })
+        .cloned()
+        .collect()
+}
+
+/// Lists the pipelines (reusing the last listing's ids) and reports the round: how many are entered,
+/// the requests' error, the listing. `true` when the round failed somewhere.
+async fn list(
+    env: &Env,
+    client: &CoreHub,
+    input: &Input<Work, Report>,
+    entered: usize,
+    errors: Option<String>,
+) -> bool {
+    let at = now();
+    let previous = match &lock(&input.report).listing {
+        Some(Listing {
+            result: Ok(list), ..
+        }) => Some(list.clone()),
+        _ => None,
+    };
+    let result = client
+        .pipelines_after(previous)
+        .await
+        .map(Arc::new)
+        .map_err(|e| {
+            env.metrics.corehub_errors.inc();
+            e.to_string()
+        });
+    let failed = errors.is_some() || result.is_err();
+    let mut report = lock(&input.report);
+    report.entered = entered;
+    report.error = errors;
+    report.listing = Some(Listing { at, result });
+    failed
 }
