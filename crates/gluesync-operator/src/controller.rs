@@ -140,12 +140,12 @@ pub async fn reconcile(
             ctx.catalog.report(&uid),
             &dr,
         );
-        let mut decision = update::decide(&gsp, &snapshot.observed());
+        let decision = update::decide(&gsp, &snapshot.observed());
         let facts = Facts::of(&decision, &gsp, i + 1 == STEPS_PER_RECONCILE);
         match pending.offer(facts, Instant::now()) {
             Offer::MoveOn => {
-                // It does nothing of its own: the step it moves to decides again what is still wanted.
-                decision.actions.clear();
+                // It does nothing of its own (its actions are dropped): the step it moves to decides
+                // again what is still wanted.
                 step::take_in(&ctx, &mut gsp, &mut pending, decision);
             }
             Offer::Hold(left) => return Ok(step::hold(&ctx, gsp, pending, decision, left).await),

@@ -207,7 +207,8 @@ struct Streams<G, S, D, P, C, R> {
 type Events<K> = Result<K, watcher::Error>;
 
 /// The watches of the namespace and the view their caches make: the GluesyncPlatforms, the labelled
-/// workloads, the pods their selectors match, the spilled lists and the pre-pull pods.
+/// workloads, the pods their selectors match, the spilled lists and the pre-pull pods. (The streams'
+/// types are opaque, one per watch: the return type names them all.)
 #[allow(clippy::type_complexity)]
 fn watch(
     client: &Client,

@@ -142,17 +142,25 @@ impl ControlPlane {
 
     /// A client for the current test's runtime (clients are not shared between runtimes).
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
-        let config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(self.config().await?)?)
+    }
+
+    /// A client that says a 429 or a 503 at once, as kubectl does (an eviction a disruption budget
+    /// refuses), instead of retrying it for minutes as kube's default client does.
+    pub async fn client_without_retry(&self) -> anyhow::Result<Client> {
+        let mut config = self.config().await?;
+        config.default_retry = false;
         Ok(Client::try_from(config)?)
+    }
+
+    async fn config(&self) -> anyhow::Result<Config> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        Ok(Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?)
     }
 
     /// A client that authenticates with `token` instead of the admin's credentials.
     pub async fn client_with_token(&self, token: &str) -> anyhow::Result<Client> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
-        let mut config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        let mut config = self.config().await?;
         config.auth_info = kube::config::AuthInfo {
             token: Some(token.to_string().into()),
             ..Default::default()

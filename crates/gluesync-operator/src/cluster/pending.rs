@@ -110,6 +110,7 @@ impl Pending {
     }
 
     /// Whether a status is pending.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.written.is_none()
     }

@@ -24,15 +24,16 @@ impl fmt::Display for Said<'_> {
     }
 }
 
-/// `e` and its causes on one line, joined by `: `. A kube error is said in kubectl's words and ends the
-/// line (its own causes are in those words); a cause whose text its effect already holds is not said
-/// again, and an effect that quotes its cause's text keeps only what comes before.
+/// `e` and its causes on one line, joined by `: `. A refusal of the API server or an unreachable one is
+/// said in kubectl's words and ends the line (its own causes are in those words); a cause whose text its
+/// effect already holds is not said again, and an effect that quotes its cause's text keeps only what
+/// comes before.
 pub fn chain(e: &(dyn Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut level = Some(e);
     while let Some(err) = level {
-        if let Some(k) = err.downcast_ref::<kube::Error>() {
-            parts.push(kube_error(k));
+        if let Some(said) = err.downcast_ref::<kube::Error>().and_then(kubectl_words) {
+            parts.push(said);
             break;
         }
         let mut text = err.to_string();
@@ -51,8 +52,15 @@ pub fn chain(e: &(dyn Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// A kube error in kubectl's words.
+/// A kube error in kubectl's words: those of [`kubectl_words`], else its own and its causes', each once.
 pub fn kube_error(e: &kube::Error) -> String {
+    kubectl_words(e).unwrap_or_else(|| chain(e))
+}
+
+/// A refusal of the API server (`Error from server (Reason): message`, with the right to ask for on a
+/// 403) or an unreachable one (`Unable to connect to the server URL: why`), as kubectl says them; `None`
+/// for the other kube errors.
+fn kubectl_words(e: &kube::Error) -> Option<String> {
     match e {
         kube::Error::Api(status) => {
             let reason = match (status.reason.as_str(), status.code) {
@@ -66,25 +74,16 @@ pub fn kube_error(e: &kube::Error) -> String {
                 status.message.clone()
             };
             let hint = forbidden_hint(status.code, &status.message).unwrap_or_default();
-            format!("Error from server{reason}: {message}{hint}")
+            Some(format!("Error from server{reason}: {message}{hint}"))
         }
         kube::Error::Service(_) | kube::Error::HyperError(_) => {
             let server = SERVER.get().map_or(String::new(), |s| format!(" {s}"));
-            format!("Unable to connect to the server{server}: {}", innermost(e))
+            Some(format!(
+                "Unable to connect to the server{server}: {}",
+                innermost(e)
+            ))
         }
-        other => {
-            // Its own words and its causes, each once (the causes are no kube errors).
-            let mut parts = vec![other.to_string()];
-            let mut level = other.source();
-            while let Some(cause) = level {
-                let text = cause.to_string();
-                if !parts.iter().any(|p| p.contains(&text)) {
-                    parts.push(text);
-                }
-                level = cause.source();
-            }
-            parts.join(": ")
-        }
+        _ => None,
     }
 }
 

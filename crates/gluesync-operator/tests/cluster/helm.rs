@@ -1541,15 +1541,8 @@ async fn a_node_drain_may_evict_gkos_one_pod() -> anyhow::Result<()> {
     let set = budget(&["podDisruptionBudget.maxUnavailable=50%"])?;
     assert_eq!(set["spec"]["maxUnavailable"], "50%");
 
-    // A client that says a refused eviction (429) at once, as kubectl drain reads it, instead of
-    // retrying it for minutes as kube's default client does.
-    let mut config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&ns.cp.kubeconfig)?,
-        &Default::default(),
-    )
-    .await?;
-    config.default_retry = false;
-    let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, &ns.name);
+    // A refused eviction (429) said at once, as kubectl drain reads it.
+    let pods: Api<Pod> = Api::namespaced(ns.cp.client_without_retry().await?, &ns.name);
     let budgets: Api<PodDisruptionBudget> = Api::namespaced(ns.client.clone(), &ns.name);
     // GKO's one pod, of a Deployment labelled as the chart's (the disruption controller counts the pods
     // a budget expects from their controller's replicas), ready on the simulated node.
